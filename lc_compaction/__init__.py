@@ -1,0 +1,54 @@
+"""lc-compaction: context compaction for LangChain and LangGraph agents.
+
+Shrinks the history before each model call, cheapest strategy first, stopping as soon as it fits:
+truncate old tool results, drop the oldest exchanges, summarize the older part. An AIMessage's
+tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
+"""
+
+from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.ladder import Action, LadderState, Strategy
+from lc_compaction.markers import is_summary, is_truncated, pin_message
+from lc_compaction.policy import CompactionPolicy, ContextSize
+from lc_compaction.strategies import DropOldExchanges, TruncateToolResults
+from lc_compaction.structure import (
+    CompactionInvariantError,
+    InvalidHistoryError,
+    Repair,
+    Violation,
+    check_invariants,
+    repair_history,
+)
+from lc_compaction.tokens import (
+    ApproximateCounter,
+    MessageCounter,
+    TiktokenCounter,
+    TokenCounter,
+    resolve_token_counter,
+)
+
+__all__ = [
+    "Action",
+    "ApproximateCounter",
+    "CompactionInvariantError",
+    "CompactionPolicy",
+    "CompactionResult",
+    "ContextSize",
+    "DropOldExchanges",
+    "InvalidHistoryError",
+    "LadderState",
+    "MessageCounter",
+    "Repair",
+    "Strategy",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TruncateToolResults",
+    "Violation",
+    "acompact",
+    "check_invariants",
+    "compact",
+    "is_summary",
+    "is_truncated",
+    "pin_message",
+    "repair_history",
+    "resolve_token_counter",
+]

@@ -1,0 +1,321 @@
+"""`compact()` / `acompact()`: run the ladder over a history and say what was done.
+
+The ladder, in order:
+
+1. If the history does not exceed the trigger (nor the budget), it comes back unchanged: the same list
+   object, the same message objects. Nothing else is done (no validation, no copies).
+2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
+   sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
+   message index and tool_call_id, or is repaired (reported) when `repair=True`.
+3. **Soft pass**: the strategies run in order, each only while the history is above the target, with the
+   pins and the `keep` part protected.
+4. **Hard pass**: if the history is still over the budget (`max_input_tokens - reserve`), the strategies
+   run again toward the budget with the protected part shrunk to the pins and the most recent step.
+5. **Last resort**: if it is still over the budget, the largest unpinned-by-system message is cut in place
+   (same id, a marked cut) until it fits. If even that cannot make it fit, `fits` is False and
+   `stop_reason` is "pinned_over_budget".
+6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
+
+from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
+from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
+from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import (
+    InvalidHistoryError,
+    Repair,
+    check_invariants,
+    ensure_ids,
+    normalize_system_messages,
+    repair_history,
+    split_steps,
+)
+from lc_compaction.strategies.truncate import content_text
+
+StopReason = str
+"""Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
+"nothing_removable" (triggered, nothing could be done, still within budget), "pinned_over_budget"."""
+
+
+@dataclass
+class CompactionResult:
+    """What `compact` returns.
+
+    Attributes:
+        messages: the compacted history (the input list itself when nothing was done).
+        tokens_before / tokens_after: tokens of the request before and after (messages, reply priming and
+            `extra_tokens`), by the policy's counter.
+        messages_before / messages_after: message counts.
+        triggered: whether the trigger (or the budget) was exceeded.
+        stop_reason: see `StopReason`.
+        fits: tokens_after is within the budget (always True when there is no token budget).
+        budget_tokens / target_tokens: the hard limit and the soft goal, in tokens (None when not set).
+        actions: every change, in order (strategy, kind, message ids, tokens saved).
+        repairs: repairs made to a broken or mid-history-system input (never silent).
+        removed: the input messages no longer in the result (removed or summarized), in input order.
+        summary: the text of the summary written by this call, if any.
+        details: strategy-specific figures (e.g. identifiers kept by the fact guard).
+        elapsed_ms: wall time of the call, milliseconds.
+    """
+
+    messages: list[BaseMessage]
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    triggered: bool
+    stop_reason: StopReason
+    fits: bool
+    budget_tokens: int | None = None
+    target_tokens: int | None = None
+    actions: list[Action] = field(default_factory=list)
+    repairs: list[Repair] = field(default_factory=list)
+    removed: list[BaseMessage] = field(default_factory=list)
+    summary: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+
+    @property
+    def compacted(self) -> bool:
+        """True when the history was changed (actions or repairs)."""
+        return bool(self.actions or self.repairs)
+
+    @property
+    def strategies_applied(self) -> list[str]:
+        """Names of the strategies that changed something, in order, without repeats."""
+        out: list[str] = []
+        for a in self.actions:
+            if a.strategy not in out:
+                out.append(a.strategy)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable summary (no message objects): for events, logs and checkpoints."""
+        return {
+            "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
+            "messages_before": self.messages_before, "messages_after": self.messages_after,
+            "triggered": self.triggered, "compacted": self.compacted, "stop_reason": self.stop_reason,
+            "fits": self.fits, "budget_tokens": self.budget_tokens, "target_tokens": self.target_tokens,
+            "strategies_applied": self.strategies_applied,
+            "actions": [a.to_dict() for a in self.actions], "repairs": [r.to_dict() for r in self.repairs],
+            "removed_ids": [m.id for m in self.removed], "summary": self.summary,
+            "details": self.details, "elapsed_ms": round(self.elapsed_ms, 3),
+        }
+
+
+def _as_messages(messages: Sequence[Any]) -> list[BaseMessage]:
+    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
+        return messages
+    try:
+        return list(convert_to_messages(messages))
+    except Exception as exc:  # convert_to_messages raises a bare ValueError/NotImplementedError
+        raise ValueError(f"messages: could not convert the input to LangChain messages: {exc}") from exc
+
+
+class _Run:
+    """One compaction call's state shared by the sync and async drivers."""
+
+    def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
+                 repair: bool | None):
+        self.t0 = time.perf_counter()
+        if policy is None:
+            raise ValueError("policy: compact() needs a CompactionPolicy (at least max_input_tokens or a trigger)")
+        if extra_tokens < 0:
+            raise ValueError(f"extra_tokens: must be >= 0 tokens, got {extra_tokens}")
+        self.policy = policy
+        self.original = _as_messages(messages)
+        self.counter = policy.counter
+        self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
+        self.counts = [self.counter.count_message(m) for m in self.original]
+        self.tokens_before = sum(self.counts) + self.fixed
+        self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
+        self.repair = policy.repair if repair is None else repair
+        self.budget = policy.budget_tokens()
+        self.budget_messages = policy.budget_messages()
+        self.goal_tokens, self.goal_messages = policy.target_goal()
+        self.repairs: list[Repair] = []
+        self.state: LadderState | None = None
+
+    def unchanged(self, reason: str) -> CompactionResult:
+        return CompactionResult(
+            messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
+            messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
+            stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
+            budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
+
+    def _ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000
+
+    def prepare(self) -> None:
+        msgs, self.repairs = normalize_system_messages(self.original)
+        violations = check_invariants(msgs)
+        if violations:
+            if not self.repair:
+                raise InvalidHistoryError(violations)
+            msgs, more = repair_history(msgs)
+            self.repairs.extend(more)
+        msgs = ensure_ids(msgs)
+        pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
+        slots = [Slot(m, self.counter.count_message(m)) for m in msgs]
+        self.pinned_by_caller = pinned
+        self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
+                                 goal_messages=self.goal_messages, pass_name="soft")
+        keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
+        protect(slots, keep_from, pinned)
+
+    def over_budget(self) -> bool:
+        st = self.state
+        assert st is not None
+        if self.budget is not None and st.total() > self.budget:
+            return True
+        return self.budget_messages is not None and len(st.slots) > self.budget_messages
+
+    def start_hard_pass(self) -> None:
+        st = self.state
+        assert st is not None
+        msgs = st.messages
+        steps = split_steps(msgs)
+        keep_from = steps[-1].start if steps and steps[-1].kind == "assistant" else len(msgs)
+        pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
+        protect(st.slots, keep_from, pinned)
+        st.goal_tokens = self.budget
+        st.goal_messages = self.budget_messages
+        st.pass_name = "hard"
+
+    def last_resort(self) -> None:
+        """Cut the largest non-system messages in place until the history fits the token budget."""
+        st = self.state
+        assert st is not None
+        if self.budget is None:
+            return
+        tried: set[int] = set()
+        while st.total() > self.budget:
+            candidates = [i for i, s in enumerate(st.slots)
+                          if i not in tried and not isinstance(s.message, SystemMessage) and s.tokens > 50]
+            if not candidates:
+                return
+            i = max(candidates, key=lambda k: st.slots[k].tokens)
+            tried.add(i)
+            slot = st.slots[i]
+            excess = st.total() - self.budget
+            want = max(slot.tokens - excess, 1)
+            text = content_text(slot.message.content)
+            new = None
+            keep_chars = int(len(text) * want / max(slot.tokens, 1))
+            while keep_chars > 0:
+                cand = self._cut(slot.message, text, keep_chars)
+                if self.counter.count_message(cand) <= want:
+                    new = cand
+                    break
+                keep_chars = int(keep_chars * 0.8)
+            if new is None:
+                new = self._cut(slot.message, text, 0)
+            if self.counter.count_message(new) < slot.tokens:
+                st.replace(i, new, strategy="last_resort", kind="shortened",
+                           detail=f"message alone over the budget: cut from {len(text):,} characters")
+
+    @staticmethod
+    def _cut(message: BaseMessage, text: str, keep_chars: int) -> BaseMessage:
+        removed = len(text) - keep_chars
+        meta = dict(message.response_metadata or {})
+        meta[MARK_KEY] = {"kind": "shortened", "original_chars": len(text)}
+        return message.model_copy(update={"content": text[:keep_chars] + SHORTENED_MARKER.format(removed=removed),
+                                          "response_metadata": meta})
+
+    def ladder(self) -> Iterator[Strategy]:
+        """Yield each strategy to apply, in order, for the soft pass then (if needed) the hard pass; the
+        caller applies it (sync or async) and this generator checks the invariants after each."""
+        st = self.state
+        assert st is not None
+        for hard in (False, True):
+            if hard:
+                if not self.over_budget():
+                    return
+                self.start_hard_pass()
+            for strategy in self.policy.strategies or ():
+                if not st.over_goal():
+                    break
+                yield strategy
+                st.check(strategy.name)
+
+    def finish(self) -> CompactionResult:
+        st = self.state
+        assert st is not None
+        st.check("the ladder")
+        if self.budget is not None and st.total() > self.budget:
+            reason = "pinned_over_budget"
+        elif self.budget_messages is not None and len(st.slots) > self.budget_messages:
+            reason = "pinned_over_budget"
+        elif not st.actions:
+            reason = "nothing_removable"
+        elif st.over_goal():
+            reason = "under_budget"
+        else:
+            reason = "under_target"
+        orig_by_id = {m.id: m for m in self.original if m.id}
+        removed = [orig_by_id.get(m.id, m) for m in st.removed]
+        summary = st.details.pop("summary", None)
+        messages = st.messages
+        changed = bool(st.actions or self.repairs)
+        return CompactionResult(
+            messages=messages if changed else self.original,
+            tokens_before=self.tokens_before, tokens_after=st.total(),
+            messages_before=len(self.original), messages_after=len(messages), triggered=True,
+            stop_reason=reason, fits=not reason == "pinned_over_budget",
+            budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
+            repairs=self.repairs, removed=removed, summary=summary,
+            details=st.details, elapsed_ms=self._ms())
+
+
+def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
+            repair: bool | None = None) -> CompactionResult:
+    """Compact `messages` under `policy`: cheapest strategy first, stopping as soon as it fits.
+
+    Args:
+        messages: the history: `BaseMessage`s, or anything `convert_to_messages` accepts (dicts in OpenAI
+            format, `(role, text)` tuples), converted once here.
+        policy: the `CompactionPolicy`.
+        extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
+            caller passes separately), counted toward the trigger and the budget.
+        repair: override `policy.repair` for this call.
+
+    Returns:
+        A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself.
+
+    Raises:
+        InvalidHistoryError: the input breaks a pairing or order rule and repair is off (names the index and
+            tool_call_id).
+        ValueError: invalid arguments (naming the argument).
+        CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
+    """
+    run = _Run(messages, policy, extra_tokens, repair)
+    if not run.triggered:
+        return run.unchanged("under_trigger")
+    run.prepare()
+    for strategy in run.ladder():
+        strategy.apply(run.state)  # type: ignore[arg-type]
+    if run.over_budget():
+        run.last_resort()
+    return run.finish()
+
+
+async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
+                   repair: bool | None = None) -> CompactionResult:
+    """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
+    run = _Run(messages, policy, extra_tokens, repair)
+    if not run.triggered:
+        return run.unchanged("under_trigger")
+    run.prepare()
+    for strategy in run.ladder():
+        await strategy.aapply(run.state)  # type: ignore[arg-type]
+    if run.over_budget():
+        run.last_resort()
+    return run.finish()

@@ -1,0 +1,273 @@
+"""What a strategy sees and may change: `LadderState`, the `Strategy` protocol, and the `Action` record.
+
+A strategy is like a pydantic-ai history processor with a budget: it gets the history (with the
+structure and the goal), changes it only through `LadderState`'s methods, and every change is recorded
+as an `Action`. The ladder (compact.py) runs the strategies in order while the history is over the goal,
+and checks the whole list's invariants after each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from langchain_core.messages import BaseMessage
+
+from lc_compaction.markers import is_summary
+from lc_compaction.structure import (
+    CompactionInvariantError,
+    Step,
+    check_invariants,
+    is_request,
+    split_exchanges,
+    split_steps,
+)
+from lc_compaction.tokens import TokenCounter
+
+
+@dataclass
+class Action:
+    """One change a strategy made.
+
+    Attributes:
+        strategy: the strategy's `name` ("truncate_tool_results", "drop_old_exchanges", "summarize", ...).
+        kind: "truncated", "removed", "summarized", "shortened".
+        message_ids: ids of the messages affected (in the input's order).
+        tokens_saved: tokens (of the policy's counter) the change saved.
+        detail: a short human-readable note.
+    """
+
+    strategy: str
+    kind: str
+    message_ids: list[str]
+    tokens_saved: int
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "kind": self.kind, "message_ids": list(self.message_ids),
+                "tokens_saved": self.tokens_saved, "detail": self.detail}
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """One rung of the ladder. `apply` / `aapply` change `state` while `state.over_goal()`."""
+
+    name: str
+
+    def apply(self, state: LadderState) -> None: ...
+
+    async def aapply(self, state: LadderState) -> None: ...
+
+
+@dataclass
+class Slot:
+    """One message of the history being compacted, with its token count and protection flags."""
+
+    message: BaseMessage
+    tokens: int
+    pinned: bool = False
+    kept: bool = False
+
+
+class LadderState:
+    """The history during one compaction, with the goal and the protected parts.
+
+    - `messages`: the current list (read only: change it through the methods below).
+    - `goal_tokens` / `goal_messages`: get the history under these (None: no goal in that unit).
+    - a message is *protected* when it is pinned (system prompt, first and latest request, caller pins,
+      the request of any exchange that holds a protected message) or in the kept recent part.
+    - `fixed_tokens`: tokens counted beside the messages (reply priming, system prompt and tool schemas
+      passed separately): part of `total()`.
+    """
+
+    def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
+                 goal_tokens: int | None, goal_messages: int | None, pass_name: str):
+        self.slots = slots
+        self.counter = counter
+        self.fixed_tokens = fixed_tokens
+        self.goal_tokens = goal_tokens
+        self.goal_messages = goal_messages
+        self.pass_name = pass_name
+        self.actions: list[Action] = []
+        self.removed: list[BaseMessage] = []
+        self.details: dict[str, Any] = {}
+        self._total = fixed_tokens + sum(s.tokens for s in slots)
+
+    # -------------------------------------------------------------- reading
+    @property
+    def messages(self) -> list[BaseMessage]:
+        return [s.message for s in self.slots]
+
+    def total(self) -> int:
+        """Tokens of the whole request as it stands (messages + fixed tokens)."""
+        return self._total
+
+    def over_goal(self) -> bool:
+        """True while the history is above the goal in tokens or in messages."""
+        if self.goal_tokens is not None and self._total > self.goal_tokens:
+            return True
+        return self.goal_messages is not None and len(self.slots) > self.goal_messages
+
+    def would_be_over_goal(self, saved_tokens: int, removed_messages: int) -> bool:
+        """Whether the history would still be over the goal after saving `saved_tokens` tokens and
+        removing `removed_messages` messages (lets a strategy plan a batch before changing anything)."""
+        if self.goal_tokens is not None and self._total - saved_tokens > self.goal_tokens:
+            return True
+        return self.goal_messages is not None and len(self.slots) - removed_messages > self.goal_messages
+
+    def is_protected(self, i: int) -> bool:
+        return self.slots[i].pinned or self.slots[i].kept
+
+    def steps(self) -> list[Step]:
+        return split_steps(self.messages)
+
+    def removable_exchanges(self) -> list[tuple[bool, list[Step]]]:
+        """Oldest first: for each exchange, (whole, steps a strategy may remove or summarize).
+
+        `whole` is True when the exchange's request itself is removable: then the exchange goes as one
+        unit (request and answers together). When the request is protected (the first request, the latest,
+        or one whose exchange holds a protected message), only the steps after it are listed, and they may
+        go one at a time. Summary messages are never listed (the summarizer replaces them itself).
+        """
+        msgs = self.messages
+        out: list[tuple[bool, list[Step]]] = []
+        for ex in split_exchanges(split_steps(msgs)):
+            free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)
+                    and not (s.kind == "summary")]
+            if not free:
+                continue
+            whole = ex.request is not None and any(s.start == ex.request for s in free) and len(free) == len(ex.steps)
+            if not whole:
+                free = [s for s in free if s.kind != "request"]
+            if free:
+                out.append((whole, free))
+        return out
+
+    def summary_index(self) -> int | None:
+        """Index of the (at most one) current summary message, or None."""
+        for i, s in enumerate(self.slots):
+            if is_summary(s.message):
+                return i
+        return None
+
+    # -------------------------------------------------------------- changing
+    def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "") -> int:
+        """Put `message` in place of message `i` (same position); record it; return the tokens saved."""
+        old = self.slots[i]
+        tokens = self.counter.count_message(message)
+        saved = old.tokens - tokens
+        self._total -= saved
+        self.slots[i] = Slot(message, tokens, old.pinned, old.kept)
+        self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
+        return saved
+
+    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "") -> int:
+        """Remove the messages at `indices` (whole steps); record it; return the tokens saved.
+
+        Raises:
+            CompactionInvariantError: an index is protected (a strategy bug).
+        """
+        drop = set(indices)
+        for i in drop:
+            if self.slots[i].pinned:
+                raise CompactionInvariantError(f"{strategy} tried to remove pinned message {i}")
+        saved = sum(self.slots[i].tokens for i in drop)
+        ids = [self.slots[i].message.id or "" for i in sorted(drop)]
+        self.removed.extend(self.slots[i].message for i in sorted(drop))
+        self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self._total -= saved
+        self.actions.append(Action(strategy, "removed", ids, saved, detail))
+        return saved
+
+    def put_summary(self, indices: Sequence[int], summary: BaseMessage, *, strategy: str, detail: str = "") -> int:
+        """Replace the messages at `indices` (and any earlier summary among them) by `summary`, placed where
+        the first of them was. Returns the tokens saved."""
+        drop = sorted(set(indices))
+        if not drop:
+            raise ValueError("put_summary needs at least one message to replace")
+        first = drop[0]
+        for i in drop:
+            if self.slots[i].pinned:
+                raise CompactionInvariantError(f"{strategy} tried to summarize pinned message {i}")
+        tokens = self.counter.count_message(summary)
+        saved = sum(self.slots[i].tokens for i in drop) - tokens
+        ids = [self.slots[i].message.id or "" for i in drop]
+        self.removed.extend(self.slots[i].message for i in drop if not is_summary(self.slots[i].message))
+        keep = set(drop)
+        new: list[Slot] = []
+        for i, s in enumerate(self.slots):
+            if i == first:
+                new.append(Slot(summary, tokens))
+            if i not in keep:
+                new.append(s)
+        self.slots = new
+        self._total -= saved
+        self.actions.append(Action(strategy, "summarized", ids, saved, detail))
+        return saved
+
+    def check(self, after: str) -> None:
+        """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation."""
+        violations = check_invariants(self.messages)
+        if violations:
+            raise CompactionInvariantError(f"after {after}: " + "; ".join(str(v) for v in violations[:5]))
+
+
+def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool]) -> None:
+    """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
+
+    Pinned: leading system messages, the first and the latest request, caller pins, the first assistant
+    step after the latest request when it starts with a thinking block (Anthropic requires the active
+    turn's first assistant message to keep it), and the request of every exchange holding a pinned or kept
+    message. Kept: every message from `keep_from` on, moved back to the start of its step.
+    """
+    msgs = [s.message for s in slots]
+    steps = split_steps(msgs)
+    n = len(slots)
+    for s in slots:
+        s.pinned = False
+        s.kept = False
+    # align keep_from to the start of the step it falls in (never split a tool block)
+    for st in steps:
+        if st.start < keep_from < st.end:
+            keep_from = st.start
+            break
+    for i in range(keep_from, n):
+        slots[i].kept = True
+    for i, m in enumerate(msgs):
+        if m.type == "system":
+            slots[i].pinned = True
+        else:
+            break
+    requests = [i for i, m in enumerate(msgs) if is_request(m)]
+    if requests:
+        slots[requests[0]].pinned = True
+        slots[requests[-1]].pinned = True
+        after = requests[-1] + 1
+        if after < n and _starts_with_thinking(msgs[after]):
+            for st in steps:
+                if st.start == after:
+                    for i in st.indices:
+                        slots[i].pinned = True
+    for i, flag in enumerate(pinned_by_caller):
+        if flag:
+            slots[i].pinned = True
+    # a pinned message pins its whole step (a tool block is never split) ...
+    for st in steps:
+        if any(slots[i].pinned for i in st.indices):
+            for i in st.indices:
+                slots[i].pinned = True
+    # ... and the request of its exchange, so no answer is left without its question
+    for ex in split_exchanges(steps):
+        if ex.request is None:
+            continue
+        if any(slots[i].pinned or slots[i].kept for st in ex.steps for i in st.indices):
+            slots[ex.request].pinned = True
+
+
+def _starts_with_thinking(message: BaseMessage) -> bool:
+    content = message.content
+    if message.type != "ai" or not isinstance(content, list) or not content:
+        return False
+    first = content[0]
+    return isinstance(first, dict) and first.get("type") in ("thinking", "redacted_thinking", "reasoning")
+

@@ -1,0 +1,279 @@
+"""The compaction policy: the window, when to compact (`trigger`), what to protect (`keep`), how far to go
+(`target`), room for the reply (`reserve`), the strategies, the token counter and the pins.
+
+`trigger` and `keep` use the tuple format of LangChain's `SummarizationMiddleware` (`ContextSize`):
+`("messages", N)`, `("tokens", N)`, `("fraction", f)` of `max_input_tokens`; a trigger may also be a
+`TriggerClause` dict (`{"tokens": 4000, "messages": 10}`: all must be met) and a list of either means any.
+`keep` also accepts `("turns", N)`: the last N user requests and everything after them.
+
+Defaults follow the harness pattern (compact well before the window is full, keep the recent turns):
+trigger at 80% of the window, compact down to 60% of it, keep the last 2 turns, leave
+`min(4096, max_input_tokens // 10)` tokens for the reply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+from langchain_core.messages import BaseMessage
+
+from lc_compaction.markers import is_pinned_mark
+from lc_compaction.structure import is_request
+from lc_compaction.tokens import TokenCounter, resolve_token_counter
+
+if TYPE_CHECKING:
+    from lc_compaction.ladder import Strategy
+
+ContextSize = tuple[str, Union[int, float]]
+"""`("messages", N)`, `("tokens", N)`, `("fraction", f)` (of `max_input_tokens`), or, for `keep` only, `("turns", N)`."""
+
+TriggerSpec = Union[ContextSize, dict, Sequence[Union[ContextSize, dict]]]
+"""One `ContextSize`, one `TriggerClause` dict (all of its thresholds must be met), or a list of them (any)."""
+
+DEFAULT_TRIGGER_FRACTION = 0.8
+DEFAULT_TARGET_FRACTION = 0.6
+DEFAULT_TARGET_OF_TRIGGER = 0.75
+DEFAULT_KEEP: ContextSize = ("turns", 2)
+DEFAULT_RESERVE_CAP = 4096
+"""Default reply room: min(4096, window // 10) tokens. 4,096 is a common completion cap (OpenAI's
+`max_tokens` default for many models was 4,096); a tenth of the window scales it down for small windows."""
+
+_TRIGGER_KINDS = ("messages", "tokens", "fraction")
+_KEEP_KINDS = ("messages", "tokens", "fraction", "turns")
+
+
+def _parse_size(setting: str, value: Any, kinds: Sequence[str]) -> tuple[str, float]:
+    if isinstance(value, dict):
+        raise ValueError(f"{setting}: expected a tuple like ('tokens', 3000), got a dict {value!r}")
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"{setting}: expected a tuple (kind, value) with kind in {list(kinds)}, got {value!r}")
+    kind, number = value
+    if kind not in kinds:
+        raise ValueError(f"{setting}: unknown kind {kind!r}; use one of {list(kinds)}")
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or math.isnan(number):
+        raise ValueError(f"{setting}: {kind} must be a number, got {number!r}")
+    if kind == "fraction":
+        if not 0 < number <= 1:
+            raise ValueError(f"{setting}: fraction must be in (0, 1], got {number!r}")
+    elif number < 0 or (kind != "tokens" and number != int(number)):
+        raise ValueError(f"{setting}: {kind} must be a non-negative whole number, got {number!r}")
+    return kind, float(number)
+
+
+@dataclass
+class CompactionPolicy:
+    """What to compact, when, and how far. Validated on construction.
+
+    Args:
+        max_input_tokens: the model's context window in tokens (its profile's `max_input_tokens`).
+            Needed for `("fraction", f)` sizes and for the default trigger.
+        trigger: when to compact (see module docstring). Compaction runs when ANY clause is exceeded
+            (strictly above its threshold: an input that exactly fits is left alone) or when the history is
+            over the budget. Default: `("fraction", 0.8)`.
+        keep: the recent part protected from the first (soft) pass. Default `("turns", 2)`.
+            When the soft pass cannot get under the budget, a second pass shrinks the protected part to the
+            pins and the most recent step.
+        target: the size to compact down to, below every trigger threshold so the next call does not compact
+            again. Default: 60% of the window, or 75% of the lowest trigger threshold when that is lower.
+        reserve: tokens left for the model's reply; the budget is `max_input_tokens - reserve`.
+            Default `min(4096, max_input_tokens // 10)`.
+        strategies: the ladder, cheapest first. Default `(TruncateToolResults(), DropOldExchanges())`.
+        token_counter: "exact" (tiktoken, default), "approximate", "messages", a `TokenCounter`, or a
+            LangChain-style callable `(list[BaseMessage]) -> int`.
+        model_name: chooses the tiktoken encoding of the exact counter (o200k_base for gpt-4o and newer).
+        pin: messages no strategy may remove, truncate or summarize: a predicate or a collection of message
+            ids. Messages marked with `pin_message` are pinned too. The leading system prompt, the first and
+            the latest user request are always pinned.
+        repair: repair a broken input history (reported in the result) instead of raising
+            `InvalidHistoryError`.
+
+    Raises:
+        ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
+            `token_counter`, `strategies`) that is invalid.
+    """
+
+    max_input_tokens: int | None = None
+    trigger: TriggerSpec | None = None
+    keep: ContextSize = DEFAULT_KEEP
+    target: ContextSize | None = None
+    reserve: int | None = None
+    strategies: Sequence[Strategy] | None = None
+    token_counter: Any = "exact"
+    model_name: str | None = None
+    pin: Callable[[BaseMessage], bool] | Collection[str] | None = None
+    repair: bool = False
+    counter: TokenCounter = field(init=False, repr=False)
+    trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        w = self.max_input_tokens
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
+            raise ValueError(f"max_input_tokens: must be a positive int (tokens), got {w!r}")
+        if self.reserve is None:
+            self.reserve = min(DEFAULT_RESERVE_CAP, w // 10) if w else 0
+        if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or self.reserve < 0:
+            raise ValueError(f"reserve: must be a non-negative int (tokens), got {self.reserve!r}")
+        if w is not None and self.reserve >= w:
+            raise ValueError(f"reserve: {self.reserve} tokens leaves no room in a window of {w} tokens")
+        self.trigger_clauses = self._parse_trigger(self.trigger)
+        self.keep = tuple(self.keep)  # type: ignore[assignment]
+        kind, value = _parse_size("keep", self.keep, _KEEP_KINDS)
+        if kind == "fraction" and w is None:
+            raise ValueError("keep: ('fraction', f) needs max_input_tokens")
+        if self.target is not None:
+            self.target = tuple(self.target)  # type: ignore[assignment]
+            tkind, tvalue = _parse_size("target", self.target, _TRIGGER_KINDS)
+            if tkind == "fraction" and w is None:
+                raise ValueError("target: ('fraction', f) needs max_input_tokens")
+            self._check_target_below_trigger(tkind, tvalue)
+        if self.strategies is None:
+            from lc_compaction.strategies import DropOldExchanges, TruncateToolResults
+
+            self.strategies = (TruncateToolResults(), DropOldExchanges())
+        else:
+            self.strategies = tuple(self.strategies)
+            for s in self.strategies:
+                if not (hasattr(s, "apply") and hasattr(s, "aapply") and hasattr(s, "name")):
+                    raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
+        self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
+
+    # ------------------------------------------------------------------ trigger
+    def _parse_trigger(self, trigger: Any) -> list[dict[str, float]]:
+        w = self.max_input_tokens
+        if trigger is None:
+            if w is None:
+                raise ValueError("trigger: give a trigger such as ('tokens', 100_000) or set max_input_tokens")
+            return [{"fraction": DEFAULT_TRIGGER_FRACTION}]
+        items = [trigger] if isinstance(trigger, (tuple, dict)) else list(trigger)
+        if not items:
+            raise ValueError("trigger: an empty list never triggers; give at least one threshold")
+        clauses: list[dict[str, float]] = []
+        for item in items:
+            if isinstance(item, dict):
+                if not item:
+                    raise ValueError("trigger: an empty TriggerClause dict")
+                clause = {}
+                for k, v in item.items():
+                    kind, value = _parse_size("trigger", (k, v), _TRIGGER_KINDS)
+                    clause[kind] = value
+            else:
+                kind, value = _parse_size("trigger", item, _TRIGGER_KINDS)
+                clause = {kind: value}
+            if "fraction" in clause and w is None:
+                raise ValueError("trigger: ('fraction', f) needs max_input_tokens")
+            clauses.append(clause)
+        return clauses
+
+    def _token_thresholds(self) -> list[float]:
+        out = []
+        for c in self.trigger_clauses:
+            if "tokens" in c:
+                out.append(c["tokens"])
+            if "fraction" in c:
+                out.append(c["fraction"] * self.max_input_tokens)  # type: ignore[operator]
+        return out
+
+    def _message_thresholds(self) -> list[float]:
+        return [c["messages"] for c in self.trigger_clauses if "messages" in c]
+
+    def _check_target_below_trigger(self, kind: str, value: float) -> None:
+        if kind == "messages":
+            lows = self._message_thresholds()
+            if lows and value >= min(lows):
+                raise ValueError(f"target: {int(value)} messages is not below the trigger ({int(min(lows))} messages)")
+            return
+        tokens = value * self.max_input_tokens if kind == "fraction" else value  # type: ignore[operator]
+        lows = self._token_thresholds()
+        if lows and tokens >= min(lows):
+            raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
+
+    def is_triggered(self, tokens: int, n_messages: int) -> bool:
+        """True when any trigger clause is exceeded (all thresholds of a clause strictly above), or the
+        history is over the budget."""
+        budget = self.budget_tokens()
+        if budget is not None and tokens > budget:
+            return True
+        for c in self.trigger_clauses:
+            ok = True
+            if "tokens" in c:
+                ok &= tokens > c["tokens"]
+            if "messages" in c:
+                ok &= n_messages > c["messages"]
+            if "fraction" in c:
+                ok &= tokens > c["fraction"] * self.max_input_tokens  # type: ignore[operator]
+            if ok:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ budget and target
+    def budget_tokens(self) -> int | None:
+        """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`;
+        without a window, the lowest token trigger threshold (None when there is none)."""
+        if self.max_input_tokens is not None:
+            return self.max_input_tokens - (self.reserve or 0)
+        lows = self._token_thresholds()
+        return int(min(lows)) if lows else None
+
+    def budget_messages(self) -> int | None:
+        """The hard limit in messages when only message triggers are given and no window (else None)."""
+        if self.max_input_tokens is None and not self._token_thresholds():
+            lows = self._message_thresholds()
+            return int(min(lows)) if lows else None
+        return None
+
+    def target_goal(self) -> tuple[int | None, int | None]:
+        """(tokens, messages) the soft pass compacts down to; None where that unit has no goal."""
+        if self.target is not None:
+            kind, value = self.target
+            if kind == "messages":
+                return None, int(value)
+            if kind == "fraction":
+                return int(value * self.max_input_tokens), None  # type: ignore[operator]
+            return int(value), None
+        tok_lows = self._token_thresholds()
+        candidates = [low * DEFAULT_TARGET_OF_TRIGGER for low in tok_lows]
+        if self.max_input_tokens is not None:
+            candidates.append(DEFAULT_TARGET_FRACTION * self.max_input_tokens)
+            candidates.append(self.budget_tokens() * DEFAULT_TARGET_OF_TRIGGER)  # type: ignore[operator]
+        tokens = int(min(candidates)) if candidates else None
+        msg_lows = self._message_thresholds()
+        messages = int(min(msg_lows) * DEFAULT_TARGET_OF_TRIGGER) if msg_lows else None
+        return tokens, messages
+
+    # ------------------------------------------------------------------ keep and pins
+    def keep_start(self, messages: Sequence[BaseMessage], counts: Sequence[int]) -> int:
+        """Index where the protected recent part starts, before aligning it to a step boundary."""
+        kind, value = self.keep
+        n = len(messages)
+        if kind == "messages":
+            return max(0, n - int(value))
+        if kind == "turns":
+            if value == 0:
+                return n
+            seen = 0
+            for i in range(n - 1, -1, -1):
+                if is_request(messages[i]):
+                    seen += 1
+                    if seen == value:
+                        return i
+            return 0
+        limit = value if kind == "tokens" else value * self.max_input_tokens  # type: ignore[operator]
+        acc = 0
+        i = n
+        while i > 0 and acc + counts[i - 1] <= limit:
+            acc += counts[i - 1]
+            i -= 1
+        return i
+
+    def is_pinned_by_caller(self, message: BaseMessage) -> bool:
+        """True when the caller pinned the message (the `pin` setting or `pin_message`)."""
+        if is_pinned_mark(message):
+            return True
+        if self.pin is None:
+            return False
+        if callable(self.pin):
+            return bool(self.pin(message))
+        return message.id is not None and message.id in self.pin

@@ -1,0 +1,6 @@
+"""The strategies of the ladder, one file each. Each follows `lc_compaction.ladder.Strategy`."""
+
+from lc_compaction.strategies.drop import DropOldExchanges
+from lc_compaction.strategies.truncate import TruncateToolResults
+
+__all__ = ["DropOldExchanges", "TruncateToolResults"]

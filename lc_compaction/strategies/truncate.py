@@ -1,0 +1,122 @@
+"""Strategy 1: truncate old tool results to a one-line note (the cheapest rung: nothing is removed).
+
+Oldest first, outside the kept part, each ToolMessage's content becomes one line that says it was
+truncated, its original size in characters, and a preview of its start; `tool_call_id`, `name`, `id` and
+`status` stay, so the call/result pair is intact. Already-truncated results and excluded tools are skipped.
+It stops as soon as the history is under the goal.
+
+When the kept part alone is over the goal (one request followed by a long tool loop: coding agents,
+AgentDojo), truncation reaches into it, oldest first, sparing the `keep` most recent tool results.
+Parameter names follow LangChain's `ClearToolUsesEdit` (`keep`, `exclude_tools`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.messages import ToolMessage
+
+from lc_compaction.ladder import LadderState
+from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
+
+
+def content_text(content: object) -> str:
+    """Readable text of a message content: the string itself, or the text parts of a block list
+    (non-text blocks are named by type, never dumped: no base64)."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content if isinstance(content, list) else [content]:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            if isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            else:
+                parts.append(f"[{block.get('type', 'block')}]")
+        else:
+            parts.append(str(block))
+    return "\n".join(parts)
+
+
+@dataclass
+class TruncateToolResults:
+    """Replace old tool results with a one-line note.
+
+    Args:
+        keep: when truncation reaches into the kept part (because the kept part alone is over the goal),
+            how many of its most recent tool results it spares (default 3, as LangChain's
+            `ClearToolUsesEdit.keep`). Results outside the kept part are all truncatable.
+        exclude_tools: tool names whose results are never truncated (results that cannot be fetched twice,
+            like a payment receipt).
+        preview_chars: characters of the original content kept in the note (default 200).
+    """
+
+    keep: int = 3
+    exclude_tools: Sequence[str] = ()
+    preview_chars: int = 200
+    name: str = "truncate_tool_results"
+
+    def __post_init__(self) -> None:
+        if self.keep < 0:
+            raise ValueError(f"keep: must be >= 0 tool results, got {self.keep}")
+        if self.preview_chars < 0:
+            raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
+
+    def note(self, message: ToolMessage) -> str:
+        """The one-line note that replaces `message.content`."""
+        text = content_text(message.content)
+        preview = " ".join(text[: self.preview_chars].split())
+        more = "..." if len(text) > self.preview_chars else ""
+        tool = f" from {message.name}" if message.name else ""
+        return (f"{TRUNCATION_PREFIX}: the result{tool} had {len(text):,} characters; "
+                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}]")
+
+    def truncated(self, message: ToolMessage) -> ToolMessage:
+        """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id)."""
+        text = content_text(message.content)
+        meta = dict(message.response_metadata or {})
+        meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text)}
+        return message.model_copy(update={"content": self.note(message), "response_metadata": meta})
+
+    def _candidates(self, state: LadderState) -> tuple[list[int], list[int]]:
+        """(outside, inside): truncatable results outside the kept part, and inside it less the `keep`
+        most recent ones, each oldest first."""
+        msgs = state.messages
+        excluded = set(self.exclude_tools)
+        outside, inside = [], []
+        for i, m in enumerate(msgs):
+            if (not isinstance(m, ToolMessage) or state.slots[i].pinned or m.name in excluded
+                    or is_truncated(m) or is_shortened(m)):
+                continue
+            (inside if state.slots[i].kept else outside).append(i)
+        if self.keep:
+            inside = inside[: max(0, len(inside) - self.keep)]
+        return outside, inside
+
+    def apply(self, state: LadderState) -> None:
+        outside, inside = self._candidates(state)
+        self._truncate(state, outside, "outside the kept part")
+        if state.over_goal() and inside and self._kept_part_over_goal(state):
+            self._truncate(state, inside, "inside the kept part (it alone is over the goal)")
+
+    async def aapply(self, state: LadderState) -> None:
+        self.apply(state)
+
+    def _kept_part_over_goal(self, state: LadderState) -> bool:
+        if state.goal_tokens is None:
+            return False
+        kept = sum(s.tokens for s in state.slots if s.kept or s.pinned) + state.fixed_tokens
+        return kept > state.goal_tokens
+
+    def _truncate(self, state: LadderState, indices: list[int], where: str) -> None:
+        for i in indices:
+            if not state.over_goal():
+                return
+            old = state.slots[i]
+            new = self.truncated(old.message)  # type: ignore[arg-type]
+            if state.counter.count_message(new) >= old.tokens:
+                continue  # the note would not be smaller
+            state.replace(i, new, strategy=self.name, kind="truncated", detail=where)
