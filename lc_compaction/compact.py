@@ -256,7 +256,8 @@ class _Run:
             reason = "pinned_over_budget"
         elif not st.actions:
             reason = "nothing_removable"
-        elif st.over_goal():
+        elif (self.goal_tokens is not None and st.total() > self.goal_tokens) or (
+                self.goal_messages is not None and len(st.slots) > self.goal_messages):
             reason = "under_budget"
         else:
             reason = "under_target"

@@ -211,16 +211,16 @@ class CompactionPolicy:
     # ------------------------------------------------------------------ budget and target
     def budget_tokens(self) -> int | None:
         """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`;
-        without a window, the lowest token trigger threshold (None when there is none)."""
+        without a window, the lowest threshold of a tokens-only trigger clause (None when there is none)."""
         if self.max_input_tokens is not None:
             return self.max_input_tokens - (self.reserve or 0)
-        lows = self._token_thresholds()
+        lows = [c["tokens"] for c in self.trigger_clauses if set(c) == {"tokens"}]
         return int(min(lows)) if lows else None
 
     def budget_messages(self) -> int | None:
         """The hard limit in messages when only message triggers are given and no window (else None)."""
         if self.max_input_tokens is None and not self._token_thresholds():
-            lows = self._message_thresholds()
+            lows = [c["messages"] for c in self.trigger_clauses if set(c) == {"messages"}]
             return int(min(lows)) if lows else None
         return None
 

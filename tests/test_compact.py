@@ -1,0 +1,207 @@
+"""compact() / acompact(): the ladder's behaviour on hand-made histories (each test names one rule)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from lc_compaction import (
+    CompactionPolicy,
+    DropOldExchanges,
+    TruncateToolResults,
+    acompact,
+    compact,
+    is_truncated,
+    pin_message,
+)
+from lc_compaction.markers import SHORTENED_MARKER, TRUNCATION_PREFIX
+from lc_compaction.structure import check_invariants
+
+
+def tool_turn(n: int, result_chars: int, name: str = "search") -> list:
+    """A request, one tool call with a result of `result_chars` characters, and an answer; ids are unique."""
+    return [
+        HumanMessage(f"request {n}", id=f"h{n}"),
+        AIMessage("", id=f"a{n}", tool_calls=[{"name": name, "args": {"q": n}, "id": f"c{n}", "type": "tool_call"}]),
+        ToolMessage(f"result {n} " + "x" * result_chars, tool_call_id=f"c{n}", name=name, id=f"t{n}"),
+        AIMessage(f"answer {n}", id=f"r{n}"),
+    ]
+
+
+def history(turns: int = 6, result_chars: int = 4000) -> list:
+    msgs = [SystemMessage("You are helpful.", id="sys")]
+    for n in range(turns):
+        msgs += tool_turn(n, result_chars)
+    return msgs
+
+
+def test_under_trigger_returns_the_same_list_and_objects():
+    msgs = history(2, 10)
+    result = compact(msgs, CompactionPolicy(max_input_tokens=100_000, token_counter="approximate"))
+    assert result.messages is msgs
+    assert not result.triggered and result.stop_reason == "under_trigger" and not result.compacted
+    assert result.tokens_before == result.tokens_after
+
+
+def test_truncation_runs_first_oldest_first_and_stops_at_target():
+    msgs = history(6, 4000)
+    policy = CompactionPolicy(max_input_tokens=6000, token_counter="approximate")
+    result = compact(msgs, policy)
+    assert result.strategies_applied == ["truncate_tool_results"]
+    truncated = [m.id for m in result.messages if is_truncated(m)]
+    # oldest first: the truncated results are a prefix of the old (outside keep) results
+    assert truncated == [f"t{n}" for n in range(len(truncated))]
+    assert result.tokens_after <= policy.target_goal()[0]
+    # it stopped as soon as it was under: one fewer truncation would not have been enough
+    assert result.tokens_after + result.actions[-1].tokens_saved > policy.target_goal()[0]
+    # pairs intact, ids kept
+    assert check_invariants(result.messages) == []
+    note = next(m for m in result.messages if m.id == "t0")
+    assert note.content.startswith(TRUNCATION_PREFIX) and "4,009 characters" in note.content
+    assert note.tool_call_id == "c0" and note.name == "search"
+
+
+def test_truncation_note_preview_length_is_configurable():
+    m = ToolMessage("abcdefghij" * 10, tool_call_id="c", id="t", name="fetch")
+    assert '"abcde..."' in TruncateToolResults(preview_chars=5).note(m)
+    assert "abcdefghij" * 3 in TruncateToolResults(preview_chars=40).note(m)
+
+
+def test_excluded_tools_are_never_truncated():
+    msgs = [SystemMessage("s", id="sys")]
+    for n in range(6):
+        msgs += tool_turn(n, 4000, name="payment" if n == 0 else "search")
+    policy = CompactionPolicy(max_input_tokens=6000, token_counter="approximate",
+                              strategies=[TruncateToolResults(exclude_tools=["payment"])])
+    result = compact(msgs, policy)
+    t0 = next(m for m in result.messages if m.id == "t0")
+    assert t0.content == msgs[3].content
+    assert any(is_truncated(m) for m in result.messages)
+
+
+def test_already_truncated_results_are_skipped():
+    policy = CompactionPolicy(max_input_tokens=6000, token_counter="approximate")
+    first = compact(history(6, 4000), policy)
+    second = compact(first.messages + tool_turn(9, 8000), policy)
+    touched = [i for a in second.actions if a.kind == "truncated" for i in a.message_ids]
+    assert not set(touched) & {m.id for m in first.messages if is_truncated(m)}
+
+
+def test_drop_removes_whole_exchanges_and_keeps_the_first_request():
+    msgs = history(8, 100)
+    policy = CompactionPolicy(max_input_tokens=500, reserve=0, token_counter="approximate",
+                              strategies=[DropOldExchanges()])
+    result = compact(msgs, policy)
+    ids = [m.id for m in result.messages]
+    assert ids[0] == "sys" and "h0" in ids and "h7" in ids
+    removed = {m.id for m in result.removed}
+    for n in range(1, 8):  # an exchange goes whole or stays whole
+        exchange = {f"h{n}", f"a{n}", f"t{n}", f"r{n}"}
+        assert exchange <= removed or not exchange & removed, n
+    assert check_invariants(result.messages) == []
+    assert result.tokens_after <= 500
+
+
+def test_long_single_request_tool_loop_reaches_into_the_kept_part_sparing_recent_results():
+    """One request then a long tool loop: everything is 'kept' by turns, yet it must not overflow."""
+    msgs = [SystemMessage("s", id="sys"), HumanMessage("do the task", id="h")]
+    for n in range(12):
+        msgs += [AIMessage("", id=f"a{n}", tool_calls=[{"name": "read", "args": {}, "id": f"c{n}", "type": "tool_call"}]),
+                 ToolMessage("y" * 3000, tool_call_id=f"c{n}", id=f"t{n}", name="read")]
+    policy = CompactionPolicy(max_input_tokens=8000, token_counter="approximate",
+                              strategies=[TruncateToolResults(keep=3)])
+    result = compact(msgs, policy)
+    assert result.fits and result.tokens_after <= policy.target_goal()[0]
+    for n in (9, 10, 11):  # the 3 most recent results are spared
+        assert not is_truncated(next(m for m in result.messages if m.id == f"t{n}"))
+    assert is_truncated(next(m for m in result.messages if m.id == "t0"))
+
+
+def test_hard_pass_shrinks_keep_to_fit_the_window():
+    msgs = history(3, 100) + [HumanMessage("last " + "z" * 200, id="hl")]
+    policy = CompactionPolicy(max_input_tokens=200, reserve=0, keep=("turns", 3), token_counter="approximate",
+                              strategies=[DropOldExchanges()])
+    result = compact(msgs, policy)
+    assert result.fits and result.tokens_after <= 200
+    assert {"sys", "h0", "hl"} <= {m.id for m in result.messages}
+
+
+def test_single_oversized_message_is_cut_in_place_with_a_marker():
+    big = HumanMessage("Summarize this document: " + "lorem ipsum " * 4000, id="big")
+    msgs = [SystemMessage("You summarize documents.", id="sys"), big]
+    policy = CompactionPolicy(max_input_tokens=2000, reserve=0, token_counter="approximate")
+    result = compact(msgs, policy)
+    assert [m.id for m in result.messages] == ["sys", "big"]
+    cut = result.messages[1]
+    assert cut.content.startswith("Summarize this document:")
+    assert SHORTENED_MARKER.split("{")[0] in cut.content
+    assert result.fits and result.tokens_after <= 2000
+    assert result.messages[0] is msgs[0]
+
+
+def test_pinned_part_over_the_window_is_reported_not_emptied():
+    sys_prompt = SystemMessage("policy " * 3000, id="sys")
+    msgs = [sys_prompt, HumanMessage("hi", id="h")]
+    policy = CompactionPolicy(max_input_tokens=1000, reserve=0, token_counter="approximate")
+    result = compact(msgs, policy)
+    assert not result.fits and result.stop_reason == "pinned_over_budget"
+    assert result.messages[0].content == sys_prompt.content
+    assert any(m.id == "h" for m in result.messages)
+
+
+def test_caller_pins_are_never_removed():
+    msgs = history(6, 100)
+    policy = CompactionPolicy(max_input_tokens=400, reserve=0, token_counter="approximate", pin={"r2"},
+                              strategies=[DropOldExchanges()])
+    result = compact(msgs, policy)
+    ids = [m.id for m in result.messages]
+    assert "r2" in ids and "h2" in ids  # the pinned answer keeps its request
+    marked = list(msgs)
+    marked[msgs.index(next(m for m in msgs if m.id == "r3"))] = pin_message(next(m for m in msgs if m.id == "r3"))
+    result = compact(marked, CompactionPolicy(max_input_tokens=400, reserve=0, token_counter="approximate",
+                                              strategies=[DropOldExchanges()]))
+    assert "r3" in [m.id for m in result.messages]
+
+
+def test_extra_tokens_count_toward_the_trigger():
+    msgs = history(2, 100)
+    policy = CompactionPolicy(max_input_tokens=10_000, token_counter="approximate")
+    assert not compact(msgs, policy).triggered
+    assert compact(msgs, policy, extra_tokens=9_000).triggered
+    with pytest.raises(ValueError, match="extra_tokens"):
+        compact(msgs, policy, extra_tokens=-1)
+
+
+def test_openai_dicts_are_accepted_at_the_edge():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi " * 2000},
+            {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}]
+    result = compact(msgs, CompactionPolicy(max_input_tokens=1000, reserve=0, token_counter="approximate"))
+    assert result.triggered and all(m.id for m in result.messages)
+
+
+def test_messages_without_ids_get_unique_ids_when_compacted():
+    msgs = [SystemMessage("s")] + [m for n in range(5) for m in (HumanMessage(f"q{n} " * 50), AIMessage(f"a{n}"))]
+    result = compact(msgs, CompactionPolicy(trigger=("messages", 6), keep=("messages", 2), token_counter="messages"))
+    ids = [m.id for m in result.messages]
+    assert all(ids) and len(set(ids)) == len(ids)
+
+
+def test_acompact_matches_compact():
+    msgs = history(8, 3000)
+    policy = CompactionPolicy(max_input_tokens=5000, token_counter="approximate")
+    sync = compact(msgs, policy)
+    async_ = asyncio.run(acompact(msgs, policy))
+    assert [m.id for m in sync.messages] == [m.id for m in async_.messages]
+    assert [m.content for m in sync.messages] == [m.content for m in async_.messages]
+    assert sync.tokens_after == async_.tokens_after
+
+
+def test_result_to_dict_is_json():
+    import json
+
+    result = compact(history(8, 3000), CompactionPolicy(max_input_tokens=5000, token_counter="approximate"))
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["tokens_before"] > data["tokens_after"]
+    assert data["strategies_applied"] and data["actions"]

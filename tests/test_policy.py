@@ -1,0 +1,86 @@
+"""CompactionPolicy: defaults, the SummarizationMiddleware tuple formats, and errors naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from lc_compaction import CompactionPolicy
+
+
+def test_defaults_follow_the_harness_pattern():
+    p = CompactionPolicy(max_input_tokens=100_000, token_counter="approximate")
+    assert p.trigger_clauses == [{"fraction": 0.8}]
+    assert p.keep == ("turns", 2)
+    assert p.reserve == 4096
+    assert p.budget_tokens() == 100_000 - 4096
+    goal_tokens, goal_messages = p.target_goal()
+    assert goal_tokens == 60_000 and goal_messages is None
+    assert not p.is_triggered(80_000, 10)
+    assert p.is_triggered(80_001, 10)
+
+
+def test_reserve_scales_down_for_small_windows():
+    assert CompactionPolicy(max_input_tokens=4000, token_counter="approximate").reserve == 400
+
+
+def test_target_defaults_below_a_low_trigger():
+    p = CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 20_000), token_counter="approximate")
+    assert p.target_goal()[0] == 15_000
+
+
+def test_trigger_list_means_any_and_clause_means_all():
+    p = CompactionPolicy(trigger=[("tokens", 100), ("messages", 5)], token_counter="approximate")
+    assert p.is_triggered(101, 1) and p.is_triggered(1, 6) and not p.is_triggered(100, 5)
+    q = CompactionPolicy(trigger={"tokens": 100, "messages": 5}, token_counter="approximate")
+    assert not q.is_triggered(101, 1) and not q.is_triggered(1, 6) and q.is_triggered(101, 6)
+
+
+def test_budget_triggers_even_without_a_token_trigger():
+    p = CompactionPolicy(max_input_tokens=1000, reserve=0, trigger=("messages", 500), token_counter="approximate")
+    assert p.is_triggered(1001, 3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, setting",
+    [
+        ({"trigger": ("tokens", 10), "keep": ("turns", -1)}, "keep"),
+        ({"trigger": ("tokens", 10), "keep": ("weeks", 2)}, "keep"),
+        ({"trigger": ("tokens", 10), "keep": ("fraction", 0.5)}, "keep"),
+        ({"trigger": ("fraction", 0.5)}, "trigger"),
+        ({"trigger": ("fraction", 1.5), "max_input_tokens": 100}, "trigger"),
+        ({"trigger": []}, "trigger"),
+        ({}, "trigger"),
+        ({"max_input_tokens": 1000, "target": ("fraction", 0.9)}, "target"),
+        ({"trigger": ("messages", 10), "target": ("messages", 10)}, "target"),
+        ({"max_input_tokens": -5}, "max_input_tokens"),
+        ({"max_input_tokens": 100, "reserve": 100}, "reserve"),
+        ({"max_input_tokens": 100, "token_counter": 42}, "token_counter"),
+        ({"max_input_tokens": 100, "strategies": [object()]}, "strategies"),
+    ],
+)
+def test_invalid_settings_raise_value_error_naming_the_setting(kwargs, setting):
+    kwargs.setdefault("token_counter", "approximate")
+    with pytest.raises(ValueError, match=setting):
+        CompactionPolicy(**kwargs)
+
+
+def test_keep_turns_counts_requests_from_the_end():
+    msgs = [HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3"), AIMessage("d", id="4"),
+            HumanMessage("e", id="5")]
+    p = CompactionPolicy(trigger=("messages", 1), keep=("turns", 2), token_counter="messages")
+    assert p.keep_start(msgs, [1] * 5) == 2
+    p1 = CompactionPolicy(trigger=("messages", 1), keep=("tokens", 2), token_counter="messages")
+    assert p1.keep_start(msgs, [1] * 5) == 3
+
+
+def test_pins_by_id_predicate_and_mark():
+    from lc_compaction import pin_message
+
+    m = HumanMessage("x", id="keep-me")
+    assert CompactionPolicy(trigger=("tokens", 1), pin={"keep-me"}, token_counter="messages").is_pinned_by_caller(m)
+    assert CompactionPolicy(trigger=("tokens", 1), pin=lambda x: x.id == "keep-me",
+                            token_counter="messages").is_pinned_by_caller(m)
+    marked = pin_message(HumanMessage("y", id="other"))
+    assert CompactionPolicy(trigger=("tokens", 1), token_counter="messages").is_pinned_by_caller(marked)
+    assert not CompactionPolicy(trigger=("tokens", 1), token_counter="messages").is_pinned_by_caller(m)
