@@ -1,0 +1,78 @@
+"""structure.py: steps, exchanges, the invariant check and repair, on hand-made histories."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+
+from lc_compaction.markers import make_summary_message
+from lc_compaction.structure import (
+    MISSING_RESULT_TEXT,
+    check_invariants,
+    ensure_ids,
+    repair_history,
+    split_exchanges,
+    split_steps,
+)
+
+
+def call(cid: str, mid: str, text: str = "") -> AIMessage:
+    return AIMessage(text, id=mid, tool_calls=[{"name": "f", "args": {}, "id": cid, "type": "tool_call"}])
+
+
+def result(cid: str, mid: str) -> ToolMessage:
+    return ToolMessage("r", tool_call_id=cid, id=mid)
+
+
+def test_steps_end_after_tool_blocks_and_before_requests():
+    msgs = [SystemMessage("s", id="s"), HumanMessage("q", id="h1"), AIMessage("thinking aloud", id="x"),
+            call("c1", "a1"), result("c1", "t1"), call("c2", "a2"), result("c2", "t2"), AIMessage("done", id="d"),
+            make_summary_message("old", message_id="sum"), HumanMessage("q2", id="h2")]
+    steps = split_steps(msgs)
+    assert [(s.start, s.end, s.kind) for s in steps] == [
+        (0, 1, "system"), (1, 2, "request"), (2, 5, "assistant"), (5, 7, "assistant"), (7, 8, "assistant"),
+        (8, 9, "summary"), (9, 10, "request")]
+    exchanges = split_exchanges(steps)
+    assert [e.request for e in exchanges] == [None, 1, 9]
+    assert exchanges[1].steps[-1].kind == "summary"  # a summary is not a request: it stays in its exchange
+
+
+def test_valid_parallel_block_passes():
+    a = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {}, "id": f"c{i}", "type": "tool_call"} for i in range(3)])
+    msgs = [HumanMessage("q", id="h"), a, result("c2", "t2"), result("c0", "t0"), result("c1", "t1")]
+    assert check_invariants(msgs) == []
+
+
+def test_each_violation_names_index_and_tool_call_id():
+    msgs = [HumanMessage("q", id="h"), call("c1", "a1"), HumanMessage("interrupt", id="h2"), result("c1", "t1"),
+            result("zz", "t9"), SystemMessage("late", id="s"), RemoveMessage(id="h")]
+    found = {(v.kind, v.index, v.tool_call_id) for v in check_invariants(msgs)}
+    assert ("dangling_tool_call", 1, "c1") in found
+    assert ("tool_result_not_adjacent", 3, "c1") in found
+    assert ("orphan_tool_result", 4, "zz") in found
+    assert ("system_not_at_start", 5, None) in found
+    assert ("remove_message", 6, None) in found
+
+
+def test_first_non_system_must_be_human():
+    assert [v.kind for v in check_invariants([SystemMessage("s"), AIMessage("hi")])] == ["first_message_not_human"]
+
+
+def test_repair_is_lossless_and_reported():
+    msgs = [AIMessage("Hello!", id="g"), HumanMessage("q", id="h"), call("c1", "a1"), AIMessage("x", id="x"),
+            result("c1", "t1"), result("c1", "dup"), result("nope", "orph"), call("c2", "a2")]
+    fixed, repairs = repair_history(msgs)
+    assert check_invariants(fixed) == []
+    kinds = {r.kind for r in repairs}
+    assert {"conversation_start_added", "tool_result_moved", "duplicate_tool_result_removed",
+            "orphan_tool_result_removed", "missing_tool_result_added"} <= kinds
+    ids = [m.id for m in fixed]
+    assert ids.index("t1") == ids.index("a1") + 1  # moved next to its call
+    assert "g" in ids and "x" in ids  # nothing of value dropped
+    added = next(m for m in fixed if isinstance(m, ToolMessage) and m.tool_call_id == "c2")
+    assert added.content == MISSING_RESULT_TEXT and added.status == "error"
+
+
+def test_ensure_ids_fills_missing_and_duplicate_ids_only():
+    a, b, c = HumanMessage("1", id="x"), AIMessage("2"), HumanMessage("3", id="x")
+    out = ensure_ids([a, b, c])
+    assert out[0] is a and out[1].id and out[2].id not in ("x", out[1].id)
