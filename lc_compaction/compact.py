@@ -64,6 +64,8 @@ class CompactionResult:
         summary: the text of the summary written by this call, if any.
         details: strategy-specific figures (e.g. identifiers kept by the fact guard).
         elapsed_ms: wall time of the call, milliseconds.
+        tally: what this call counted, to pass as `tally=` to the next call on the grown history (O(k)
+            counting); `tally.to_dict()` is plain JSON for graph state.
     """
 
     messages: list[BaseMessage]
@@ -82,6 +84,7 @@ class CompactionResult:
     summary: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     elapsed_ms: float = 0.0
+    tally: CountTally | None = None
 
     @property
     def compacted(self) -> bool:
@@ -111,6 +114,62 @@ class CompactionResult:
         }
 
 
+@dataclass(frozen=True)
+class CountTally:
+    """What the previous call counted, so a call on a history grown by k messages counts only those k.
+
+    Plain JSON data (`to_dict` / `from_dict`), meant to live in graph state between model calls.
+
+    Attributes:
+        length: number of messages counted (the prefix).
+        last_id: id of the last message of that prefix; the prefix is reused only when the message at
+            `length - 1` still has this id (and the first message still has `first_id`).
+        first_id: id of the first message of that prefix.
+        tokens: tokens of those messages (without reply priming or extra tokens), by the policy's counter.
+        counter: the counter's name; a tally from another counter is ignored.
+
+    A message replaced in place (same id, new content) inside the prefix by someone else is not noticed until
+    the next compaction recounts everything; lc-compaction's own front doors reset the tally whenever they
+    write the history.
+    """
+
+    length: int
+    last_id: str | None
+    first_id: str | None
+    tokens: int
+    counter: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"length": self.length, "last_id": self.last_id, "first_id": self.first_id,
+                "tokens": self.tokens, "counter": self.counter}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> CountTally | None:
+        """The tally from `to_dict()` output; None for None or malformed data (then everything is counted)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(int(data["length"]), data.get("last_id"), data.get("first_id"), int(data["tokens"]),
+                       str(data["counter"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @classmethod
+    def of(cls, messages: Sequence[BaseMessage], tokens: int, counter: str) -> CountTally:
+        return cls(len(messages), messages[-1].id if messages else None, messages[0].id if messages else None,
+                   tokens, counter)
+
+
+def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None) -> int:
+    """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
+    describes a prefix of `messages`; O(k) for k new messages, O(len(messages)) otherwise."""
+    n = tally.length if tally is not None else 0
+    if (tally is not None and tally.counter == counter.name and 0 < n <= len(messages)
+            and messages[n - 1].id == tally.last_id and messages[0].id == tally.first_id and tally.last_id):
+        return tally.tokens + sum(counter.count_message(m) for m in messages[n:])
+    return sum(counter.count_message(m) for m in messages)
+
+
 def _as_messages(messages: Sequence[Any]) -> list[BaseMessage]:
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
         return messages
@@ -124,7 +183,7 @@ class _Run:
     """One compaction call's state shared by the sync and async drivers."""
 
     def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
-                 repair: bool | None):
+                 repair: bool | None, tally: CountTally | None = None):
         self.t0 = time.perf_counter()
         if policy is None:
             raise ValueError("policy: compact() needs a CompactionPolicy (at least max_input_tokens or a trigger)")
@@ -134,8 +193,8 @@ class _Run:
         self.original = _as_messages(messages)
         self.counter = policy.counter
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
-        self.counts = [self.counter.count_message(m) for m in self.original]
-        self.tokens_before = sum(self.counts) + self.fixed
+        self.message_tokens = count_with_tally(self.original, self.counter, tally)
+        self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
         self.budget = policy.budget_tokens()
@@ -146,6 +205,7 @@ class _Run:
 
     def unchanged(self, reason: str) -> CompactionResult:
         return CompactionResult(
+            tally=CountTally.of(self.original, self.message_tokens, self.counter.name),
             messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
@@ -265,6 +325,7 @@ class _Run:
         removed = [orig_by_id.get(m.id, m) for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
+        tally = CountTally.of(messages, st.total() - self.fixed, self.counter.name)
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,
@@ -273,11 +334,11 @@ class _Run:
             stop_reason=reason, fits=not reason == "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
-            details=st.details, elapsed_ms=self._ms())
+            details=st.details, elapsed_ms=self._ms(), tally=tally)
 
 
 def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-            repair: bool | None = None) -> CompactionResult:
+            repair: bool | None = None, tally: CountTally | None = None) -> CompactionResult:
     """Compact `messages` under `policy`: cheapest strategy first, stopping as soon as it fits.
 
     Args:
@@ -287,6 +348,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
             caller passes separately), counted toward the trigger and the budget.
         repair: override `policy.repair` for this call.
+        tally: the previous result's `tally` (or `CountTally.from_dict(...)`): when the history only grew since,
+            only the new messages are counted (O(k) instead of O(history)).
 
     Returns:
         A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself.
@@ -297,7 +360,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         ValueError: invalid arguments (naming the argument).
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
-    run = _Run(messages, policy, extra_tokens, repair)
+    run = _Run(messages, policy, extra_tokens, repair, tally)
     if not run.triggered:
         return run.unchanged("under_trigger")
     run.prepare()
@@ -309,9 +372,9 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-                   repair: bool | None = None) -> CompactionResult:
+                   repair: bool | None = None, tally: CountTally | None = None) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    run = _Run(messages, policy, extra_tokens, repair)
+    run = _Run(messages, policy, extra_tokens, repair, tally)
     if not run.triggered:
         return run.unchanged("under_trigger")
     run.prepare()

@@ -205,3 +205,22 @@ def test_result_to_dict_is_json():
     data = json.loads(json.dumps(result.to_dict()))
     assert data["tokens_before"] > data["tokens_after"]
     assert data["strategies_applied"] and data["actions"]
+
+
+def test_tally_counts_only_new_messages():
+    from lc_compaction.compact import CountTally
+
+    counter_policy = CompactionPolicy(max_input_tokens=1_000_000, token_counter="approximate")
+    msgs = history(20, 200)
+    first = compact(msgs, counter_policy)
+    grown = msgs + tool_turn(99, 50)
+    info = counter_policy.counter.cache_info()
+    second = compact(grown, counter_policy, tally=CountTally.from_dict(first.tally.to_dict()))
+    after = counter_policy.counter.cache_info()
+    # 4 new messages: 4 lookups, not 85
+    assert (after["hits"] + after["misses"]) - (info["hits"] + info["misses"]) == 4
+    assert second.tokens_before == counter_policy.counter.count_messages(grown)
+    # a tally that no longer describes a prefix is ignored (everything is recounted, the figure stays exact)
+    stale = CountTally(len(msgs), "not-there", msgs[0].id, 1, first.tally.counter)
+    assert compact(grown, counter_policy, tally=stale).tokens_before == second.tokens_before
+    assert CountTally.from_dict({"bad": 1}) is None
