@@ -198,7 +198,6 @@ class _Run:
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
         self.budget = policy.budget_tokens()
-        self.budget_messages = policy.budget_messages()
         self.goal_tokens, self.goal_messages = policy.target_goal()
         self.repairs: list[Repair] = []
         self.state: LadderState | None = None
@@ -234,9 +233,7 @@ class _Run:
     def over_budget(self) -> bool:
         st = self.state
         assert st is not None
-        if self.budget is not None and st.total() > self.budget:
-            return True
-        return self.budget_messages is not None and len(st.slots) > self.budget_messages
+        return self.budget is not None and st.total() > self.budget
 
     def start_hard_pass(self) -> None:
         st = self.state
@@ -247,7 +244,7 @@ class _Run:
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         protect(st.slots, keep_from, pinned)
         st.goal_tokens = self.budget
-        st.goal_messages = self.budget_messages
+        st.goal_messages = None
         st.pass_name = "hard"
 
     def last_resort(self) -> None:
@@ -311,8 +308,6 @@ class _Run:
         assert st is not None
         st.check("the ladder")
         if self.budget is not None and st.total() > self.budget:
-            reason = "pinned_over_budget"
-        elif self.budget_messages is not None and len(st.slots) > self.budget_messages:
             reason = "pinned_over_budget"
         elif not st.actions:
             reason = "nothing_removable"

@@ -217,13 +217,6 @@ class CompactionPolicy:
         lows = [c["tokens"] for c in self.trigger_clauses if set(c) == {"tokens"}]
         return int(min(lows)) if lows else None
 
-    def budget_messages(self) -> int | None:
-        """The hard limit in messages when only message triggers are given and no window (else None)."""
-        if self.max_input_tokens is None and not self._token_thresholds():
-            lows = [c["messages"] for c in self.trigger_clauses if set(c) == {"messages"}]
-            return int(min(lows)) if lows else None
-        return None
-
     def target_goal(self) -> tuple[int | None, int | None]:
         """(tokens, messages) the soft pass compacts down to; None where that unit has no goal."""
         if self.target is not None:

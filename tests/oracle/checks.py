@@ -79,13 +79,16 @@ TOKENS_PER_IMAGE = 85
 _BLOCK_REPR_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
     re.compile(p)
     for p in (
-        r"""['"]type['"]\s*:""",
+        # a content block printed as a Python repr or JSON: {'type': 'text', ...}, {"type": "reasoning", ...}
+        r"""\{\s*['"]type['"]\s*:\s*['"](?:text|reasoning|thinking|redacted_thinking|tool_use|tool_call|image|"""
+        r"""image_url|input_image|file|input_file)['"]""",
         r"""['"]signature['"]\s*:""",
-        r"""['"](?:text|reasoning|thinking)['"]\s*:""",
         r"""\bAIMessage\(""",
         r"""\bcontent=\[""",
     )
 )
+"""Signs of raw content blocks / message reprs leaking into a summary's text."""
+
 
 # --------------------------------------------------------------------------------------------------------------
 # summary detection
@@ -326,6 +329,14 @@ def _strip_summary_prefix(text: str) -> str:
     return t
 
 
+def _summary_expected(ctx: CheckContext) -> bool:
+    """settings say a summary must be made: mode "summarize", a working summary model, input above the trigger."""
+    s = ctx.settings
+    if s.get("mode") != "summarize" or s.get("summary_model") not in ("fixed", "blocks") or not s.get("trigger"):
+        return False
+    return not _fits(ctx, ctx.input)
+
+
 def _fits(ctx: CheckContext, messages: Sequence[BaseMessage]) -> bool:
     """The settings' "this needs no compaction" test: not above trigger and within max_tokens."""
     trigger = ctx.settings.get("trigger")
@@ -448,9 +459,9 @@ def no_duplicate_tool_results(ctx: CheckContext) -> None:
             where.setdefault(m.tool_call_id, []).append(i)
     for tcid, idx in where.items():
         if len(idx) > 1:
-            ids = [ctx.out[i].id for i in idx]
             raise AssertionError(
-                f"tool_call_id={tcid!r} is answered by {len(idx)} ToolMessages at output{idx} (ids {ids})"
+                f"tool_call_id={tcid!r} is answered by {len(idx)} ToolMessages: "
+                + ", ".join(_desc(i, ctx.out[i]) for i in idx)
             )
 
 
@@ -755,9 +766,11 @@ def _string_values(value: Any) -> Iterable[str]:
 def summary_is_plain_text(ctx: CheckContext) -> None:
     blocks = ctx.settings.get("summary_reply_blocks")
     new = _new_summaries(ctx)
-    if not new and blocks and ctx.summarizer_inputs:
+    if not new and blocks and (ctx.summarizer_inputs or _summary_expected(ctx)):
         raise AssertionError(
-            "the summary model was called (and answered with content blocks) but the result has no new summary"
+            "the result has no new summary although "
+            + ("the summary model was called" if ctx.summarizer_inputs else "the input is above the trigger")
+            + " (its reply blocks were never checked)"
         )
     for i, m in new:
         if not isinstance(m.content, str):
@@ -799,7 +812,7 @@ def single_summary(ctx: CheckContext) -> None:
     idx = [i for i, m in enumerate(ctx.out) if ctx.is_summary(m)]
     if len(idx) > 1:
         raise AssertionError(
-            f"{len(idx)} summary messages in the result at output{idx} (ids {[ctx.out[i].id for i in idx]})"
+            f"{len(idx)} summary messages in the result: " + ", ".join(_desc(i, ctx.out[i]) for i in idx)
         )
 
 
@@ -814,6 +827,11 @@ def prior_summary_fed_to_summarizer(ctx: CheckContext) -> None:
     else:
         new = _new_summaries(ctx)
         if not new:
+            if _summary_expected(ctx):
+                raise AssertionError(
+                    "the input is above the trigger in summarize mode, but the summary model was never called and "
+                    f"no new summary was made (earlier summary at input[{priors[0][0]}] id={priors[0][1].id!r})"
+                )
             return  # no new summary was made
         haystack = _normalize_ws("\n".join(text_of(m.content) for _, m in new))
         where = "the new summary (the summarizer was never called)"
