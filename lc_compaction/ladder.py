@@ -92,6 +92,7 @@ class LadderState:
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
         self._total = fixed_tokens + sum(s.tokens for s in slots)
+        self._checked_at = 0  # len(self.actions) when last checked: the ladder validates its input first
 
     # -------------------------------------------------------------- reading
     @property
@@ -206,7 +207,12 @@ class LadderState:
         return saved
 
     def check(self, after: str) -> None:
-        """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation."""
+        """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation.
+
+        Skipped when nothing changed since the last check (the list is the same)."""
+        if self._checked_at == len(self.actions):
+            return
+        self._checked_at = len(self.actions)
         violations = check_invariants(self.messages)
         if violations:
             raise CompactionInvariantError(f"after {after}: " + "; ".join(str(v) for v in violations[:5]))

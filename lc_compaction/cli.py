@@ -1,0 +1,242 @@
+"""The `lc-compaction` command (click).
+
+    lc-compaction replay [TRACE.jsonl ...] [--max-input-tokens N] [--trigger KIND=VALUE ...] [--keep KIND=VALUE]
+                         [--target KIND=VALUE] [--reserve N] [--token-counter exact|approximate]
+                         [--model-name NAME] [--json] [--plot PNG]
+    lc-compaction compact [MESSAGES.json | -] [the same policy options] [--output-format ...] [--report]
+    lc-compaction --version
+
+Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `tokens=6000`, `fraction=0.8`,
+`messages=40`, and for `--keep` also `turns=2`. `--trigger` may be repeated (any of them triggers); one
+`--trigger tokens=4000,messages=10` is a clause whose thresholds must all be exceeded.
+
+This module only translates: the policy is `CompactionPolicy`, the work is `replay.replay_files` and `compact`,
+the figures are `ReplayReport.to_dict()`, the plot is `report.plot_context`.
+Exit codes: 0 done; 1 an invariant violation was found or compaction failed; 2 bad usage or input
+(a trace that is not valid names the file, line and field).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lc_compaction.policy import CompactionPolicy
+
+DEFAULT_MAX_INPUT_TOKENS = 8_000
+"""Default window for the command line, tokens. Small on purpose: the bundled conversations (up to about
+21,000 tokens) then need compaction, so `lc-compaction replay` alone shows it at work."""
+
+
+class InputError(click.ClickException):
+    """Input that is not valid (a trace, a message list): exit code 2, the message only, no traceback."""
+
+    exit_code = 2
+
+
+class SizeType(click.ParamType):
+    """`KIND=VALUE` -> `(kind, number)`; with `clause=True`, `KIND=VALUE,KIND=VALUE` -> a TriggerClause dict."""
+
+    name = "KIND=VALUE"
+
+    def __init__(self, kinds: tuple[str, ...], clause: bool = False):
+        self.kinds = kinds
+        self.clause = clause
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        parts = [p.strip() for p in value.split(",")] if self.clause else [value.strip()]
+        pairs: list[tuple[str, float | int]] = []
+        for part in parts:
+            kind, sep, number = part.partition("=")
+            kind = kind.strip().lower()
+            if not sep or kind not in self.kinds:
+                self.fail(f"{value!r}: expected KIND=VALUE with KIND one of {', '.join(self.kinds)} "
+                          f"(e.g. {self.kinds[0]}=...)", param, ctx)
+            try:
+                num: float | int = int(number) if number.strip().lstrip("+-").isdigit() else float(number)
+            except ValueError:
+                self.fail(f"{value!r}: {number.strip()!r} is not a number", param, ctx)
+            pairs.append((kind, num))
+        if self.clause and len(pairs) > 1:
+            return dict(pairs)
+        return pairs[0]
+
+
+def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options shared by `replay` and `compact`, mapped onto `CompactionPolicy`'s arguments."""
+    options = [
+        click.option("--max-input-tokens", type=click.IntRange(min=1), default=DEFAULT_MAX_INPUT_TOKENS,
+                     show_default=True, help="The model's context window, tokens."),
+        click.option("--trigger", "triggers", multiple=True, type=SizeType(("tokens", "fraction", "messages"), True),
+                     help="When to compact: tokens=N, fraction=F (of the window) or messages=N; repeat for any-of; "
+                          "comma-join for all-of. [default: fraction=0.8]"),
+        click.option("--keep", type=SizeType(("turns", "messages", "tokens", "fraction")),
+                     help="Recent part kept verbatim: turns=N, messages=N, tokens=N, fraction=F. [default: turns=2]"),
+        click.option("--target", type=SizeType(("tokens", "fraction", "messages")),
+                     help="Size to compact down to (below the trigger). [default: 60% of the window]"),
+        click.option("--reserve", type=click.IntRange(min=0),
+                     help="Tokens left for the reply. [default: min(4096, window // 10)]"),
+        click.option("--token-counter", type=click.Choice(["exact", "approximate"]), default="exact",
+                     show_default=True, help="exact: tiktoken; approximate: characters / 4."),
+        click.option("--model-name", default="gpt-4o", show_default=True,
+                     help="Chooses the tiktoken encoding (o200k_base for gpt-4o and newer)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _make_policy(max_input_tokens: int, triggers: tuple[Any, ...], keep: Any, target: Any, reserve: int | None,
+                 token_counter: str, model_name: str) -> CompactionPolicy:
+    from lc_compaction._offline import EncodingUnavailableError
+
+    kwargs: dict[str, Any] = {"max_input_tokens": max_input_tokens, "trigger": list(triggers) or None,
+                              "target": target, "reserve": reserve, "token_counter": token_counter,
+                              "model_name": model_name}
+    if keep is not None:
+        kwargs["keep"] = keep
+    try:
+        return CompactionPolicy(**kwargs)
+    except EncodingUnavailableError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:  # CompactionPolicy names the setting
+        raise click.UsageError(str(exc)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lc-compaction", prog_name="lc-compaction")
+def main() -> None:
+    """Context compaction for LangChain and LangGraph agents."""
+
+
+# ------------------------------------------------------------------------------------------------------ replay
+@main.command()
+@click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_policy_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (totals, policy, per file).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
+              help="Draw the context size per call with and without compaction to this PNG file.")
+def replay(traces: tuple[Path, ...], as_json: bool, plot: Path | None, **settings: Any) -> None:
+    """Replay recorded conversations (OpenAI chat format JSONL) as the agent loop would have run them,
+    compacting before every model call. With no TRACE, replays the bundled example conversations."""
+    from lc_compaction.replay import ReplayError, replay_files
+    from lc_compaction.traces import TraceFormatError, bundled_traces
+
+    policy = _make_policy(**settings)
+    paths = list(traces) or bundled_traces()
+    try:
+        report = replay_files(paths, policy, progress=not as_json)
+    except TraceFormatError as exc:
+        raise InputError(str(exc)) from None
+    except ReplayError as exc:
+        raise click.ClickException(str(exc)) from None
+    if plot is not None:
+        _plot(report, policy, plot)
+    data = report.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(_table(data))
+    if data["invariant_violations"] or data["first_request_missing_calls"]:
+        click.echo(f"error: {data['invariant_violations']} invariant violation(s), first request missing in "
+                   f"{data['first_request_missing_calls']} call(s): please report this", err=True)
+        sys.exit(1)
+
+
+def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
+    try:
+        from matplotlib.figure import Figure  # no pyplot: renders with Agg, touches no global backend state
+    except ImportError:
+        raise click.UsageError("--plot needs matplotlib: pip install 'lc-compaction[plot]'") from None
+    from lc_compaction.report import plot_context
+
+    triggers = policy._token_thresholds()  # noqa: SLF001 - the trigger's token thresholds (tokens)
+    fig = Figure(figsize=(10, 5.5), layout="constrained")
+    ax = fig.subplots()
+    plot_context({c.id: c for c in report.conversations}, window=policy.max_input_tokens,
+                 trigger=min(triggers) if triggers else None, ax=ax)
+    fig.savefig(path, format="png", dpi=110)
+    click.echo(f"plot written to {path}", err=True)
+
+
+def _table(data: dict[str, Any]) -> str:
+    p = data["policy"]
+    trig = " or ".join(",".join(f"{k}={v:g}" for k, v in c.items()) for c in p["trigger"])
+    lines = [f"lc-compaction replay: window {p['max_input_tokens']:,} tokens, trigger {trig}, "
+             f"target {p['target_tokens']:,} tokens, keep {p['keep'][0]}={p['keep'][1]:g}, "
+             f"reserve {p['reserve']:,}, counter {p['token_counter']}", ""]
+    head = ["file", "conv", "calls", "compactions", "tokens sent: without", "with", "saved", "peak input",
+            "over window", "violations", "ms median", "ms p95"]
+
+    def row(name: str, d: dict[str, Any]) -> list[str]:
+        ms = [f"{d[k]:.2f}" if d[k] is not None else "-" for k in ("compaction_ms_median", "compaction_ms_p95")]
+        return [name, str(d["conversations"]), str(d["model_calls"]), str(d["compactions"]),
+                f"{d['tokens_sent_uncompacted']:,}", f"{d['tokens_sent']:,}", f"{d['tokens_saved_fraction']:.1%}",
+                f"{d['peak_input_tokens']:,}", str(d["over_window_calls"]), str(d["invariant_violations"]), *ms]
+
+    rows = [row(Path(f["path"]).name, f) for f in data["files"]] + [row("total", data)]
+    widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if k == 0 else c.rjust(w) for k, (c, w) in enumerate(zip(r, widths)))
+
+    lines += [fmt(head), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows[:-1]],
+              fmt(["-" * w for w in widths]), fmt(rows[-1]), "",
+              "tokens sent: input tokens summed over every model call (what is billed), without and with compaction;",
+              "peak input: the largest single call with compaction; ms: compaction time per model call."]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------- compact
+@main.command("compact")
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@_policy_options
+@click.option("--output-format", type=click.Choice(["auto", "openai", "langchain"]), default="auto",
+              show_default=True, help="auto: the input's format (OpenAI dicts, or LangChain messages_to_dict).")
+@click.option("--report", is_flag=True, help="Also print what was done (CompactionResult.to_dict()) to stderr.")
+def compact_command(source: Any, output_format: str, report: bool, **settings: Any) -> None:
+    """Compact one message list (a JSON list of OpenAI-format or LangChain messages, or a trace line with
+    "messages") read from SOURCE (a file, or - for stdin) and print the compacted list as JSON."""
+    from langchain_core.messages import convert_to_openai_messages, messages_from_dict, messages_to_dict
+
+    from lc_compaction.compact import compact
+    from lc_compaction.structure import InvalidHistoryError
+    from lc_compaction.traces import TraceFormatError, parse_messages
+
+    policy = _make_policy(**settings)
+    name = source.name if source.name != "<stdin>" else "<stdin>"
+    try:
+        data = json.load(source)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{name} line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    prefix = "messages"
+    if isinstance(data, dict) and "messages" in data:
+        data = data["messages"]
+    elif isinstance(data, list):
+        prefix = ""
+    is_langchain = isinstance(data, list) and bool(data) and all(isinstance(m, dict) and "data" in m for m in data)
+    try:
+        if is_langchain:
+            messages = messages_from_dict(data)
+        else:
+            messages = parse_messages(data, path=name, line=None, prefix=prefix)
+    except TraceFormatError as exc:
+        raise InputError(str(exc)) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{name}: not a list of LangChain message dicts: {exc}") from None
+    try:
+        result = compact(messages, policy)
+    except InvalidHistoryError as exc:
+        raise InputError(f"{name}: {exc}") from None
+    fmt = output_format if output_format != "auto" else ("langchain" if is_langchain else "openai")
+    out = messages_to_dict(result.messages) if fmt == "langchain" else convert_to_openai_messages(result.messages)
+    click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+    if report:
+        click.echo(json.dumps(result.to_dict(), indent=2), err=True)

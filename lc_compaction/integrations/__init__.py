@@ -1,0 +1,25 @@
+"""Front doors for agents: the LangGraph pre-model node and the LangChain v1 AgentMiddleware.
+
+- `CompactionNode` / `compaction_hook(...)` (`integrations/langgraph.py`): `create_react_agent(...,
+  pre_model_hook=node)` or a node before the model node of a `StateGraph`.
+- `CompactionMiddleware` (`integrations/middleware.py`): `create_agent(..., middleware=[CompactionMiddleware()])`.
+  Needs the `langchain` package (extra "agents"); imported on first use.
+- `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
+"""
+
+from typing import Any
+
+from lc_compaction.integrations.events import EVENT_NAME
+from lc_compaction.integrations.langgraph import CompactionNode, CompactionState, compaction_hook
+
+__all__ = ["EVENT_NAME", "CompactionAgentState", "CompactionMiddleware", "CompactionNode", "CompactionState",
+           "compaction_hook"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the middleware (which needs `langchain`) only when it is asked for."""
+    if name in ("CompactionMiddleware", "CompactionAgentState"):
+        from lc_compaction.integrations import middleware
+
+        return getattr(middleware, name)
+    raise AttributeError(f"module 'lc_compaction.integrations' has no attribute {name!r}")

@@ -1,0 +1,380 @@
+"""The `BaseChatMessageHistory` front door: wrap a chat history so that a chain sees it compacted.
+
+People who keep a conversation in a chat-message history (in memory, in SQL, in a file) and run chains with
+`RunnableWithMessageHistory` wrap their history in `CompactingChatMessageHistory`; reading `messages` then
+returns the compacted history, while adding and clearing go to the wrapped ("inner") history::
+
+    history = CompactingChatMessageHistory(SQLChatMessageHistory(session_id, connection="sqlite:///chat.db"),
+                                           CompactionPolicy(max_input_tokens=16_000))
+    chain = RunnableWithMessageHistory(prompt | model, lambda session_id: history, input_messages_key="messages")
+
+What the view is. The view is what you get by running `compact` after every message added, in order:
+`view = compact(view + [message])` for each message of the inner history. Compacting one message at a time
+makes the view a function of the inner history alone, whenever and in whichever process it is read (given
+deterministic strategies: truncation, dropping, the ledger summary), and it carries the previous compaction
+forward, so the trigger/target gap of the policy works as designed: the strategies run once in a while, not on
+every read, and an LLM summarizer is called once per compaction, not once per turn.
+
+Reads are cached and incremental: the wrapper remembers the view, the number of inner messages it covers and
+the id of the last one. Reading again with no add in between returns the same list (RunnableWithMessageHistory
+reads the history when a run starts and again when it ends, and slices the run's input by that length); a read
+after k new messages folds only those k (k tokenizations; the policy's counter caches the rest).
+
+An open tool call at the end of the history (an AIMessage whose ToolMessages have not all been added yet: the
+chain returned tool calls, and the caller will send the results as the next input) is left out of compaction
+and appended to the view unchanged (its tokens still count toward the budget).
+
+Persistence. By default nothing is written: the inner history keeps every message ever added. With
+`persist=True`, a read that changed the view writes it back through the inner history's public API
+(`clear()` then `add_messages(view)`), so SQL and file histories really shrink, and first adds to `archive`
+every stored message the write-back no longer holds unchanged (removed, summarized, and the original form of a
+truncated or cut message), so nothing is lost.
+
+The core never imports this module. `BaseChatMessageHistory` and `RunnableWithMessageHistory` are deprecated in
+langchain-core (since 1.6.4 and 1.3.3, removal in 2.0); subclassing emits no warning, and the one deprecated
+class this module instantiates itself (the default archive, an `InMemoryChatMessageHistory`) is built under
+`suppress_langchain_deprecation_warning()`. For new code prefer the LangGraph pre-model node or the agent
+middleware (`lc_compaction.integrations.langgraph`, `lc_compaction.integrations.middleware`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from langchain_core._api import suppress_langchain_deprecation_warning
+from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
+from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict
+
+from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import InvalidHistoryError, Violation, call_ids
+
+__all__ = ["CompactingChatMessageHistory"]
+
+_ASYNC_LOCK_POLL_SECONDS = 0.002
+"""How often (seconds) an async caller retries the wrapper's lock while another thread or task holds it.
+Polling never blocks the event loop and cannot deadlock on a full thread pool (a thread-pool wait could)."""
+
+
+def _open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
+    """Index where a trailing, still-open tool block starts; `len(messages)` when there is none.
+
+    An open tool block is the last AIMessage when it has `tool_calls` not all answered yet, followed only by
+    ToolMessages answering some of those calls (the results received so far). Such a tail is a normal state of a
+    chat history between two runs of a chain; it is not a complete history, so it is kept out of compaction.
+    Anything else (a ToolMessage that answers none of those calls, for instance) is left to the core's invariant
+    check, which names the message. Cost: O(length of the tail), in messages.
+    """
+    n = len(messages)
+    j = n
+    while j > 0 and isinstance(messages[j - 1], ToolMessage):
+        j -= 1
+    if j == 0:
+        return n
+    calls = set(call_ids(messages[j - 1]))
+    if not calls:
+        return n
+    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
+    if not answered <= calls or answered == calls:
+        return n
+    return j - 1
+
+
+def _stored_id(message: BaseMessage, position: int) -> str:
+    """The message's id, or for a message stored without one a deterministic id derived from its position in the
+    inner history and its content (so that every process derives the same id and the view is the same)."""
+    if message.id:
+        return message.id
+    body = json.dumps(message_to_dict(message), sort_keys=True, default=str)
+    digest = hashlib.sha1(f"{position}\n{body}".encode()).hexdigest()[:16]
+    return f"lc-compaction-{position}-{digest}"
+
+
+def _with_ids(messages: Sequence[BaseMessage], start: int) -> list[BaseMessage]:
+    """The messages, copied with `_stored_id` where the id is missing (positions counted from `start`)."""
+    return [m if m.id else m.model_copy(update={"id": _stored_id(m, start + k)}) for k, m in enumerate(messages)]
+
+
+class CompactingChatMessageHistory(BaseChatMessageHistory):
+    """A chat history whose `messages` are compacted by a `CompactionPolicy`; writes go to the inner history.
+
+    Args:
+        inner: the history that stores the conversation (any `BaseChatMessageHistory`: in memory, SQL, file...).
+        policy: the `CompactionPolicy` (window, trigger, keep, strategies, token counter). Its counter caches
+            per-message counts, which is what makes repeated reads cheap.
+        persist: False (default): the inner history keeps every message; only the view is compacted. True: a
+            read that compacted writes the view back to the inner history and the evicted messages to `archive`.
+        archive: where evicted messages go when `persist` is True (any `BaseChatMessageHistory`, e.g. a second
+            `SQLChatMessageHistory` session such as `f"{session_id}:archive"`). Default: a new
+            `InMemoryChatMessageHistory`. Not allowed when `persist` is False (nothing is evicted).
+        extra_tokens: tokens sent with every model call besides the history (default 0): the prompt's system
+            message and other template text, tool schemas (`policy.counter.count_tools(tools)`), and room for
+            the new input. `RunnableWithMessageHistory` appends the run's new messages after the view, so the
+            view cannot see them: leave room for the largest input you expect here (or in `policy.reserve`).
+            Passed to `compact(..., extra_tokens=...)`, so the view fits `policy.budget_tokens() - extra_tokens`.
+
+    Attributes:
+        inner, policy, persist, archive, extra_tokens: as given (`archive` is None when `persist` is False).
+        last_result: the `CompactionResult` of the latest compaction that changed the view (None before any).
+
+    Raises:
+        TypeError: `inner` or `archive` is not a `BaseChatMessageHistory`, or `policy` is not a
+            `CompactionPolicy`.
+        ValueError: `extra_tokens` is negative or not an int, `archive` is given without `persist`, or
+            `archive` is `inner`.
+
+    Reading (`messages`, `aget_messages`) raises what `compact` raises: `InvalidHistoryError` when a compaction
+    meets a history that breaks a pairing or order rule (its violations give the index in the inner history;
+    set `policy.repair=True` to repair instead), `ValueError` for a message `compact` cannot read.
+
+    Thread safety: one lock serializes adds, reads, write-backs and clears of this wrapper (sync and async), so
+    two threads adding and reading lose no message. Do not call the sync methods from inside a running event
+    loop while an async call of the same wrapper is in progress (the sync call would block the loop that the
+    async call needs).
+    """
+
+    def __init__(self, inner: BaseChatMessageHistory, policy: CompactionPolicy, *, persist: bool = False,
+                 archive: BaseChatMessageHistory | None = None, extra_tokens: int = 0) -> None:
+        super().__init__()
+        if not isinstance(inner, BaseChatMessageHistory):
+            raise TypeError(f"inner: expected a BaseChatMessageHistory, got {type(inner).__name__}")
+        if not isinstance(policy, CompactionPolicy):
+            raise TypeError(f"policy: expected a CompactionPolicy, got {type(policy).__name__}")
+        if isinstance(extra_tokens, bool) or not isinstance(extra_tokens, int) or extra_tokens < 0:
+            raise ValueError(f"extra_tokens: must be a non-negative int (tokens), got {extra_tokens!r}")
+        if archive is not None:
+            if not persist:
+                raise ValueError("archive: only used with persist=True (without it nothing is evicted)")
+            if not isinstance(archive, BaseChatMessageHistory):
+                raise TypeError(f"archive: expected a BaseChatMessageHistory, got {type(archive).__name__}")
+            if archive is inner:
+                raise ValueError("archive: must not be the inner history itself")
+        if persist and archive is None:
+            with suppress_langchain_deprecation_warning():
+                archive = InMemoryChatMessageHistory()
+        self.inner = inner
+        self.policy = policy
+        self.persist = persist
+        self.archive = archive
+        self.extra_tokens = extra_tokens
+        self.last_result: CompactionResult | None = None
+        self._lock = threading.Lock()
+        self._view: list[BaseMessage] = []
+        self._covered = 0  # inner messages the view covers (messages)
+        self._last_id: str | None = None  # stored id of the last of them
+
+    def __repr__(self) -> str:
+        return (f"CompactingChatMessageHistory(inner={type(self.inner).__name__}, persist={self.persist}, "
+                f"covered={self._covered}, view={len(self._view)})")
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The compacted view (a new list; the messages are shared with the cache: do not mutate them)."""
+        with self._lock:
+            raw = list(self.inner.messages)
+            plan = self._plan(raw)
+            if plan is None:
+                return list(self._view)
+            view, new = plan
+            changed = False
+            for message in new:
+                view, step_changed = self._step(view + [message], raw)
+                changed |= step_changed
+            if self.persist and changed:
+                self._write_back(raw, view)
+            else:
+                self._remember(view, len(raw), _stored_id(raw[-1], len(raw) - 1) if raw else None)
+            return list(view)
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """Async twin of `messages`: reads through `inner.aget_messages()`, compacts with `acompact` (so an LLM
+        summarizer is awaited) and writes back with `inner.aclear()` / `aadd_messages()`."""
+        async with self._alocked():
+            raw = list(await self.inner.aget_messages())
+            plan = self._plan(raw)
+            if plan is None:
+                return list(self._view)
+            view, new = plan
+            changed = False
+            for message in new:
+                view, step_changed = await self._astep(view + [message], raw)
+                changed |= step_changed
+            if self.persist and changed:
+                await self._awrite_back(raw, view)
+            else:
+                self._remember(view, len(raw), _stored_id(raw[-1], len(raw) - 1) if raw else None)
+            return list(view)
+
+    # ------------------------------------------------------------------ writing
+    def add_message(self, message: BaseMessage) -> None:
+        """Add one message to the inner history (see `add_messages`)."""
+        self.add_messages([message])
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Add messages to the inner history, unchanged, in one `inner.add_messages` call.
+
+        Raises:
+            TypeError: an item is not a `BaseMessage` (naming its index); nothing is added then.
+        """
+        batch = _checked(messages)
+        with self._lock:
+            self.inner.add_messages(batch)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Async twin of `add_messages` (through `inner.aadd_messages`)."""
+        batch = _checked(messages)
+        async with self._alocked():
+            await self.inner.aadd_messages(batch)
+
+    def clear(self) -> None:
+        """Clear the inner history and forget the view. The archive is left as it is (clear it yourself)."""
+        with self._lock:
+            self.inner.clear()
+            self._remember([], 0, None)
+            self.last_result = None
+
+    async def aclear(self) -> None:
+        """Async twin of `clear` (through `inner.aclear`)."""
+        async with self._alocked():
+            await self.inner.aclear()
+            self._remember([], 0, None)
+            self.last_result = None
+
+    # ------------------------------------------------------------------ internals
+    def _plan(self, raw: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]] | None:
+        """None when the cached view covers `raw` exactly; else (view to continue from, the new messages with
+        their stored ids). When the inner history no longer starts with what the view covered (cleared,
+        rewritten elsewhere), the view is rebuilt from the first message."""
+        n, covered = len(raw), self._covered
+        if n == covered and (n == 0 or _stored_id(raw[-1], n - 1) == self._last_id):
+            return None
+        if n > covered and (covered == 0 or _stored_id(raw[covered - 1], covered - 1) == self._last_id):
+            return list(self._view), _with_ids(raw[covered:], covered)
+        return [], _with_ids(raw, 0)
+
+    def _split(self, messages: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage], int]:
+        cut = _open_tool_block_start(messages)
+        head, tail = messages[:cut], messages[cut:]
+        extra = self.extra_tokens + sum(self.policy.counter.count_message(m) for m in tail)
+        return head, tail, extra
+
+    def _step(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        head, tail, extra = self._split(messages)
+        try:
+            result = compact(head, self.policy, extra_tokens=extra)
+        except InvalidHistoryError as exc:
+            raise _located(exc, head, raw, self.inner) from exc
+        return self._after(result, messages, tail)
+
+    async def _astep(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        head, tail, extra = self._split(messages)
+        try:
+            result = await acompact(head, self.policy, extra_tokens=extra)
+        except InvalidHistoryError as exc:
+            raise _located(exc, head, raw, self.inner) from exc
+        return self._after(result, messages, tail)
+
+    def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage]
+               ) -> tuple[list[BaseMessage], bool]:
+        if not result.compacted:
+            return messages, False
+        self.last_result = result
+        return list(result.messages) + tail, True
+
+    def _remember(self, view: list[BaseMessage], covered: int, last_id: str | None) -> None:
+        self._view = view
+        self._covered = covered
+        self._last_id = last_id
+
+    def _eviction(self, raw: list[BaseMessage], view: list[BaseMessage]) -> list[BaseMessage]:
+        """Stored messages (with their stored ids) that the view does not hold unchanged, in stored order."""
+        kept = {m.id: m for m in view}
+        out = []
+        for m in _with_ids(raw, 0):
+            other = kept.get(m.id)
+            if other is None or (other is not m and other != m):
+                out.append(m)
+        return out
+
+    def _write_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> None:
+        """Archive the evicted messages, then replace the inner history by `view`. Skipped (the view is still
+        returned; the cache keeps its earlier state, so the next read folds again) when the inner history changed
+        since `raw` was read (another process or a direct write to the inner history)."""
+        evicted = self._eviction(raw, view)
+        if not _same(self.inner.messages, raw):
+            return
+        if evicted:
+            self.archive.add_messages(evicted)  # type: ignore[union-attr]
+        self.inner.clear()
+        try:
+            self.inner.add_messages(view)
+        except BaseException:
+            self.inner.clear()
+            self.inner.add_messages(raw)
+            raise
+        self._remember(view, len(view), view[-1].id if view else None)
+
+    async def _awrite_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> None:
+        """Async twin of `_write_back`."""
+        evicted = self._eviction(raw, view)
+        if not _same(await self.inner.aget_messages(), raw):
+            return
+        if evicted:
+            await self.archive.aadd_messages(evicted)  # type: ignore[union-attr]
+        await self.inner.aclear()
+        try:
+            await self.inner.aadd_messages(view)
+        except BaseException:
+            await self.inner.aclear()
+            await self.inner.aadd_messages(raw)
+            raise
+        self._remember(view, len(view), view[-1].id if view else None)
+
+    @asynccontextmanager
+    async def _alocked(self) -> AsyncIterator[None]:
+        """Hold the wrapper's thread lock from a coroutine without blocking the event loop."""
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(_ASYNC_LOCK_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+
+def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
+    batch = list(messages)
+    for i, m in enumerate(batch):
+        if not isinstance(m, BaseMessage):
+            raise TypeError(f"messages[{i}]: expected a langchain BaseMessage, got {type(m).__name__}")
+    return batch
+
+
+def _same(current: Sequence[BaseMessage], raw: Sequence[BaseMessage]) -> bool:
+    """Whether the inner history still holds what was read: same length and same last stored id."""
+    if len(current) != len(raw):
+        return False
+    return not raw or _stored_id(current[-1], len(raw) - 1) == _stored_id(raw[-1], len(raw) - 1)
+
+
+def _located(exc: InvalidHistoryError, head: list[BaseMessage], raw: list[BaseMessage],
+             inner: BaseChatMessageHistory) -> InvalidHistoryError:
+    """The same violations, with the index of each message in the inner history (the core's indices refer to
+    the compacted view it was given)."""
+    positions = {m.id: i for i, m in enumerate(_with_ids(raw, 0))}
+    out = []
+    for v in exc.violations:
+        mid = head[v.index].id if 0 <= v.index < len(head) else None
+        where = positions.get(mid)
+        note = (f"message {where} of the inner {type(inner).__name__}" if where is not None
+                else "a message written by an earlier compaction")
+        detail = f"{v.detail}; " if v.detail else ""
+        out.append(Violation(v.kind, where if where is not None else v.index, v.tool_call_id,
+                             f"{detail}{note} (message {v.index} of the compacted view)"))
+    return InvalidHistoryError(out)

@@ -1,0 +1,133 @@
+"""What the front doors report after each compaction: a LangChain custom event and one log line.
+
+Both doors (the LangGraph pre-model node and the `AgentMiddleware`) call `report(...)` / `areport(...)` once per
+model call, with the `CompactionResult` of that call:
+
+- a **custom event** named `EVENT_NAME` ("lc_compaction") through
+  `langchain_core.callbacks.manager.dispatch_custom_event` / `adispatch_custom_event`: seen by callback handlers
+  (`on_custom_event`) and by `astream_events(version="v2")` as `{"event": "on_custom_event", "name":
+  "lc_compaction", "data": {...}}`. Its data is `event_payload(...)`: `CompactionResult.to_dict()` plus the
+  outcome ("compacted" or "skipped"), the reason (the result's `stop_reason`), the mode and the door.
+  `dispatch_custom_event` raises `RuntimeError` when there is no parent run (a direct call outside any
+  runnable); that case is detected first and the event is skipped (the log line is still written).
+- a **log line** through the standard `logging` module (logger `lc_compaction.integrations.events`):
+  INFO  "Context optimized: 12,345 -> 6,789 tokens (truncate_tool_results, drop_old_exchanges), 14 messages
+  affected" when the history was changed; INFO "Context compaction skipped (nothing_removable): ..." when the
+  trigger fired but nothing could be removed; WARNING when the result is still over the budget (the pinned part
+  alone is over the window: the model call will likely fail); DEBUG for a call under the trigger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Literal
+
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_async_callback_manager_for_config,
+    get_callback_manager_for_config,
+)
+
+from lc_compaction.compact import CompactionResult
+
+__all__ = ["EVENT_NAME", "areport", "event_payload", "log_line", "messages_affected", "report"]
+
+EVENT_NAME = "lc_compaction"
+"""Name of the custom event dispatched after every compaction decision (ran or skipped)."""
+
+logger = logging.getLogger(__name__)
+
+Door = Literal["langgraph_node", "agent_middleware"]
+
+
+def messages_affected(result: CompactionResult) -> int:
+    """Number of distinct messages (count of messages, not tokens) that an action of `result` removed, truncated,
+    shortened or summarized, plus the repairs made to the input (each repair touches one message)."""
+    ids = {mid for action in result.actions for mid in action.message_ids}
+    return len(ids) + len(result.repairs)
+
+
+def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None
+                  ) -> dict[str, Any]:
+    """The data of the custom event: plain JSON (str, int, float, bool, None, list, dict).
+
+    Keys: everything `CompactionResult.to_dict()` gives (`tokens_before`, `tokens_after` (tokens),
+    `messages_before`, `messages_after` (messages), `strategies_applied`, `actions`, `stop_reason`, `fits`, ...)
+    plus `outcome` ("compacted" when the history was changed, else "skipped"), `reason` (= `stop_reason`:
+    "under_trigger", "under_target", "under_budget", "nothing_removable", "pinned_over_budget"),
+    `messages_affected` (messages, see `messages_affected`), `mode` ("rewrite" or "view"), `door` (which front
+    door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
+    Values the result holds that JSON cannot encode are written as their `str()`.
+    """
+    data = json.loads(json.dumps(result.to_dict(), default=str))
+    data.update({
+        "outcome": "compacted" if result.compacted else "skipped",
+        "reason": result.stop_reason,
+        "messages_affected": messages_affected(result),
+        "mode": mode,
+        "door": door,
+        "state_messages": state_messages,
+    })
+    return data
+
+
+def log_line(result: CompactionResult) -> tuple[int, str]:
+    """`(logging level, message)` for `result` (see the module docstring for the wording and levels)."""
+    if result.compacted:
+        applied = ", ".join(result.strategies_applied) or "repairs only"
+        text = (f"Context optimized: {result.tokens_before:,} -> {result.tokens_after:,} tokens ({applied}), "
+                f"{messages_affected(result)} messages affected")
+        if not result.fits:
+            return logging.WARNING, (f"{text}; still over the budget of {result.budget_tokens:,} tokens "
+                                     "(the pinned part alone is over the window)")
+        return logging.INFO, text
+    reason = result.stop_reason
+    text = f"Context compaction skipped ({reason}): {result.tokens_before:,} tokens, {result.messages_before} messages"
+    if not result.fits:
+        return logging.WARNING, f"{text}; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
+    if reason == "under_trigger":
+        return logging.DEBUG, text
+    return logging.INFO, text
+
+
+def _has_parent_run(config: RunnableConfig | None) -> bool:
+    return get_callback_manager_for_config(ensure_config(config)).parent_run_id is not None
+
+
+async def _ahas_parent_run(config: RunnableConfig | None) -> bool:
+    return get_async_callback_manager_for_config(ensure_config(config)).parent_run_id is not None
+
+
+def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
+           state_messages: int | None = None) -> dict[str, Any]:
+    """Write the log line and dispatch the custom event for `result`; return the event data.
+
+    Args:
+        result: the compaction result of this model call.
+        mode: "rewrite" or "view".
+        door: the front door that ran ("langgraph_node" or "agent_middleware").
+        config: the runnable config of the current run (None: taken from the running context, as LangChain does).
+        state_messages: messages in graph state (count), for the payload.
+
+    The event is skipped, without error, when there is no parent run to attach it to.
+    """
+    level, text = log_line(result)
+    logger.log(level, text)
+    payload = event_payload(result, mode=mode, door=door, state_messages=state_messages)
+    if _has_parent_run(config):
+        dispatch_custom_event(EVENT_NAME, payload, config=config)
+    return payload
+
+
+async def areport(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
+                  state_messages: int | None = None) -> dict[str, Any]:
+    """Async twin of `report` (dispatches with `adispatch_custom_event`)."""
+    level, text = log_line(result)
+    logger.log(level, text)
+    payload = event_payload(result, mode=mode, door=door, state_messages=state_messages)
+    if await _ahas_parent_run(config):
+        await adispatch_custom_event(EVENT_NAME, payload, config=config)
+    return payload

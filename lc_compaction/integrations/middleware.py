@@ -1,0 +1,161 @@
+"""The LangChain v1 front door: an `AgentMiddleware` for `langchain.agents.create_agent`.
+
+    agent = create_agent(model, tools, system_prompt="...", middleware=[CompactionMiddleware()])
+
+Before each model call it compacts the messages the model will receive, counting beside them the system prompt
+and the tool schemas of that very request (`extra_tokens`), with the same ladder, policy and memory as the
+LangGraph node (`lc_compaction.integrations.langgraph.plan_compaction`).
+
+Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
+model will receive (after other middleware changed them), so only there can they be counted. This is the hook
+LangChain's `ContextEditingMiddleware` uses. In rewrite mode the stored history is updated through the
+`ExtendedModelResponse` command the model node applies after the call (the compacted history followed by the
+model's reply, or the changed messages alone when they keep their places and ids), so the stored state is the
+same as if `SummarizationMiddleware` had rewritten it in `before_model` with `REMOVE_ALL_MESSAGES`.
+
+Middleware order: the first middleware in the list is the outermost. Put `CompactionMiddleware` last (innermost)
+so it sees the final system prompt, tools and messages; in rewrite mode, no middleware outside it should change
+`request.messages` (what it compacts is what it stores).
+
+The window: `max_input_tokens`, else the `model` given here, else the profile of the model of each request
+(`request.model.profile["max_input_tokens"]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langgraph.types import Command
+from typing_extensions import NotRequired
+
+from lc_compaction.integrations.events import areport, report
+from lc_compaction.integrations.langgraph import (
+    CompactionPlan,
+    Mode,
+    aplan_compaction,
+    model_window,
+    plan_compaction,
+    resolve_policy,
+)
+from lc_compaction.policy import CompactionPolicy
+
+__all__ = ["CompactionAgentState", "CompactionMiddleware"]
+
+MEMORY_KEY = "compaction"
+"""State key of the middleware's memory (plain JSON, see `plan_compaction`)."""
+
+
+class CompactionAgentState(AgentState):
+    """The agent state plus the compaction memory (`compaction`: plain JSON; private: not in the agent's input
+    or output schema, but checkpointed and visible in `agent.get_state(config).values`)."""
+
+    compaction: NotRequired[Annotated[dict[str, Any], PrivateStateAttr]]
+
+
+class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
+    """Compacts the history before each model call of a `create_agent` agent.
+
+    Args:
+        policy: a `CompactionPolicy`; or leave it None and give the settings below (not both).
+        model: the chat model (or a `init_chat_model` string such as "openai:gpt-4o") whose profile gives the
+            window (tokens) when `max_input_tokens` is not given; as in `SummarizationMiddleware`, it is read
+            for its profile and name, not called. Default: the model of each request.
+        mode: "rewrite" (default: the stored history is replaced by the compacted one) or "view" (the stored
+            history is kept whole; only the model input is compacted).
+        trigger, keep, token_counter: as in `SummarizationMiddleware` (same names; `keep` also accepts
+            `("turns", N)`; `token_counter` also accepts "exact", "approximate", "messages" or a `TokenCounter`).
+        max_input_tokens, target, reserve, strategies, model_name, pin, repair: the other `CompactionPolicy`
+            settings (tokens for sizes).
+
+    Raises:
+        ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
+            call) no window anywhere and no token trigger.
+        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair.
+    """
+
+    state_schema = CompactionAgentState
+
+    def __init__(self, policy: CompactionPolicy | None = None, *, model: str | BaseChatModel | None = None,
+                 mode: Mode = "rewrite", trigger: Any = None, keep: Any = None, token_counter: Any = None,
+                 max_input_tokens: int | None = None, target: Any = None, reserve: int | None = None,
+                 strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
+                 repair: bool | None = None) -> None:
+        super().__init__()
+        if mode not in ("rewrite", "view"):
+            raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+        if isinstance(model, str):
+            from langchain.chat_models import init_chat_model
+
+            model = init_chat_model(model)
+        self.mode: Mode = mode
+        self._settings = dict(trigger=trigger, keep=keep, token_counter=token_counter, target=target,
+                              reserve=reserve, strategies=strategies, model_name=model_name, pin=pin, repair=repair,
+                              max_input_tokens=max_input_tokens)
+        self._policies: dict[int | None, CompactionPolicy] = {}
+        self.policy: CompactionPolicy | None = None
+        """The policy, when known before the first call (a policy, a window or a model was given)."""
+        if policy is not None or max_input_tokens is not None or model is not None:
+            self.policy = resolve_policy(policy, model=model, **self._settings)  # type: ignore[arg-type]
+
+    def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
+        """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
+        (built once per window size and kept).
+
+        Raises:
+            ValueError: the settings are invalid for that model (e.g. no window in its profile and no trigger).
+        """
+        if self.policy is not None:
+            return self.policy
+        window = model_window(model)
+        if window not in self._policies:
+            self._policies[window] = resolve_policy(None, model=model, **self._settings)
+        return self._policies[window]
+
+    def _extra_tokens(self, policy: CompactionPolicy, request: ModelRequest) -> int:
+        counter = policy.counter
+        system = counter.count_message(request.system_message) if request.system_message is not None else 0
+        return system + counter.count_tools(list(request.tools or ()))
+
+    def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
+        if isinstance(response, AIMessage):
+            response = ModelResponse(result=[response])
+        update: dict[str, Any] = {MEMORY_KEY: plan.memory}
+        if plan.messages_update:
+            # The model node first appends the reply; a full rewrite must therefore end with the reply too.
+            update["messages"] = ([*plan.messages_update, *response.result] if plan.rewrites_all
+                                  else plan.messages_update)
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+                        ) -> ExtendedModelResponse | ModelResponse | AIMessage:
+        """Compact `request.messages`, call the model with the result, and store the update (see the module)."""
+        if not request.messages:
+            return handler(request)
+        policy = self.policy_for(request.model)
+        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
+                               extra_tokens=self._extra_tokens(policy, request))
+        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages))
+        return self._respond(plan, handler(request.override(messages=plan.model_input)))
+
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+                               ) -> ExtendedModelResponse | ModelResponse | AIMessage:
+        """Async twin of `wrap_model_call` (strategies run through `aapply`)."""
+        if not request.messages:
+            return await handler(request)
+        policy = self.policy_for(request.model)
+        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
+                                      extra_tokens=self._extra_tokens(policy, request))
+        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages))
+        return self._respond(plan, await handler(request.override(messages=plan.model_input)))

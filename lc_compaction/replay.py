@@ -1,0 +1,411 @@
+"""Replay recorded conversations through compaction, as the agent loop would have run them.
+
+Replay semantics (one conversation): before every recorded assistant message (one model call), the history so
+far goes through `compact`, and the compacted history REPLACES the history (as an agent loop with a rewriting
+pre-model hook does); then the recorded assistant message and the messages after it (tool results, the next
+user turn) are appended. The uncompacted figure of a call is the same call without compaction: the whole
+recorded conversation before that assistant message.
+
+All token figures are counted with the policy's counter (`policy.counter.count_messages`: the messages plus the
+reply priming), so "sent" and "uncompacted" are measured alike. Times are wall-clock milliseconds of the
+`compact` call. Used by the CLI (`lc-compaction replay`), the notebooks and the tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import check_invariants, is_request
+from lc_compaction.traces import Trace, load_traces
+
+__all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayReport", "areplay_conversation",
+           "areplay_files", "percentile", "replay_conversation", "replay_files", "summarize_calls"]
+
+CompactFn = Callable[[list[BaseMessage], CompactionPolicy], CompactionResult]
+ACompactFn = Callable[[list[BaseMessage], CompactionPolicy], Awaitable[CompactionResult]]
+OnCall = Callable[["CallRecord", list[BaseMessage], CompactionResult], None]
+"""`on_call(record, history_in, result)`: called after each model call's compaction with the history that went
+in (carried history plus the new recorded messages) and the `CompactionResult` (whose `.messages` were sent)."""
+
+
+@dataclass
+class CallRecord:
+    """One model call of a replayed conversation.
+
+    Attributes:
+        index: the call's number in its conversation (0-based).
+        message_index: index, in the recorded conversation, of the assistant message this call produced.
+        tokens_uncompacted: input tokens of the call without compaction (the whole recording before it).
+        tokens_before: input tokens entering compaction (the carried, already compacted history plus the new
+            recorded messages).
+        tokens_sent: input tokens of the call with compaction (what the model would have been sent).
+        messages_uncompacted / messages_before / messages_sent: the same three sizes, in messages.
+        compaction_ms: wall time of the `compact` call, milliseconds.
+        compacted: the history was changed by this call.
+        triggered: the trigger (or the budget) was exceeded.
+        stop_reason: `CompactionResult.stop_reason`.
+        fits: `CompactionResult.fits` (within `max_input_tokens - reserve`).
+        strategies: names of the strategies that changed something, in order.
+        violations: the invariant violations of the sent history (`structure.check_invariants`, as strings).
+        first_request_present: the conversation's first user request is in the sent history, same id and
+            same content.
+    """
+
+    index: int
+    message_index: int
+    tokens_uncompacted: int
+    tokens_before: int
+    tokens_sent: int
+    messages_uncompacted: int
+    messages_before: int
+    messages_sent: int
+    compaction_ms: float
+    compacted: bool
+    triggered: bool
+    stop_reason: str
+    fits: bool
+    strategies: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    first_request_present: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-serializable values (same names as the attributes)."""
+        return {"index": self.index, "message_index": self.message_index,
+                "tokens_uncompacted": self.tokens_uncompacted, "tokens_before": self.tokens_before,
+                "tokens_sent": self.tokens_sent, "messages_uncompacted": self.messages_uncompacted,
+                "messages_before": self.messages_before, "messages_sent": self.messages_sent,
+                "compaction_ms": round(self.compaction_ms, 3), "compacted": self.compacted,
+                "triggered": self.triggered, "stop_reason": self.stop_reason, "fits": self.fits,
+                "strategies": list(self.strategies), "violations": list(self.violations),
+                "first_request_present": self.first_request_present}
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0 <= q <= 100) of `values`, interpolating linearly between the closest ranks:
+    position `(n - 1) * q / 100` in the sorted values (Hyndman and Fan's type 7, numpy.percentile's default
+    "linear" method); the value itself for a single value; None for no values.
+
+    Raises:
+        ValueError: q is outside [0, 100].
+    """
+    if not 0 <= q <= 100:
+        raise ValueError(f"q: a percentile is between 0 and 100, got {q!r}")
+    data = sorted(values)
+    if not data:
+        return None
+    pos = (len(data) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(data) - 1)
+    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+
+
+def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None, budget_tokens: int | None = None,
+                    conversations: int = 1) -> dict[str, Any]:
+    """The replay figures over `calls` (of one or many conversations), as a JSON-serializable dict.
+
+    Keys (tokens are input tokens by the policy's counter; ms are milliseconds):
+        conversations, model_calls, compactions (calls that changed the history),
+        tokens_sent_uncompacted / tokens_sent (cumulative over all calls: what would be billed as input),
+        tokens_saved (the difference) and tokens_saved_fraction (of tokens_sent_uncompacted; 0.0 when none),
+        peak_input_tokens / peak_input_tokens_uncompacted (largest single call, 0 for no calls),
+        over_window_calls (tokens_sent > max_input_tokens; 0 when there is no window),
+        over_budget_calls (tokens_sent > max_input_tokens - reserve), not_fitting_calls (fits False),
+        invariant_violations (total count over all sent histories), first_request_missing_calls,
+        compaction_ms_median, compaction_ms_p95, compaction_ms_max (None when there are no calls).
+    """
+    ms = [c.compaction_ms for c in calls]
+    unc = sum(c.tokens_uncompacted for c in calls)
+    sent = sum(c.tokens_sent for c in calls)
+    return {
+        "conversations": conversations,
+        "model_calls": len(calls),
+        "compactions": sum(1 for c in calls if c.compacted),
+        "tokens_sent_uncompacted": unc,
+        "tokens_sent": sent,
+        "tokens_saved": unc - sent,
+        "tokens_saved_fraction": round((unc - sent) / unc, 4) if unc else 0.0,
+        "peak_input_tokens": max((c.tokens_sent for c in calls), default=0),
+        "peak_input_tokens_uncompacted": max((c.tokens_uncompacted for c in calls), default=0),
+        "over_window_calls": sum(1 for c in calls if max_input_tokens is not None and c.tokens_sent > max_input_tokens),
+        "over_budget_calls": sum(1 for c in calls if budget_tokens is not None and c.tokens_sent > budget_tokens),
+        "not_fitting_calls": sum(1 for c in calls if not c.fits),
+        "invariant_violations": sum(len(c.violations) for c in calls),
+        "first_request_missing_calls": sum(1 for c in calls if not c.first_request_present),
+        "compaction_ms_median": _round(percentile(ms, 50)),
+        "compaction_ms_p95": _round(percentile(ms, 95)),
+        "compaction_ms_max": _round(max(ms) if ms else None),
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+@dataclass
+class ConversationReplay:
+    """One conversation replayed: a `CallRecord` per model call, the final compacted history, and the policy.
+
+    Attributes:
+        id: the conversation id.
+        calls: one record per recorded assistant message, in order.
+        messages: the history at the end of the replay (compacted as the agent would hold it).
+        max_input_tokens / budget_tokens: the policy's window and budget (tokens; None when not set).
+        path: the trace file, when replayed from one.
+    """
+
+    id: str
+    calls: list[CallRecord]
+    messages: list[BaseMessage]
+    max_input_tokens: int | None
+    budget_tokens: int | None
+    path: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """`summarize_calls` over this conversation's calls."""
+        return summarize_calls(self.calls, max_input_tokens=self.max_input_tokens, budget_tokens=self.budget_tokens)
+
+    def to_dict(self, *, calls: bool = False) -> dict[str, Any]:
+        """`{"id": ..., **summary()}`, plus `"calls": [record dicts]` when `calls` is True."""
+        out: dict[str, Any] = {"id": self.id, **self.summary()}
+        if calls:
+            out["calls"] = [c.to_dict() for c in self.calls]
+        return out
+
+
+def _with_ids(messages: Sequence[BaseMessage], conversation_id: str) -> list[BaseMessage]:
+    """Copies of messages without an id get f"{conversation_id}:{index}" (the caller's objects are untouched)."""
+    return [m if m.id else m.model_copy(update={"id": f"{conversation_id}:{i}"}) for i, m in enumerate(messages)]
+
+
+class _Replayer:
+    """The bookkeeping shared by the sync and async replays (compaction itself is done by the caller)."""
+
+    def __init__(self, messages: Sequence[BaseMessage], policy: CompactionPolicy, conversation_id: str,
+                 on_call: OnCall | None):
+        self.recording = _with_ids(messages, conversation_id)
+        self.policy = policy
+        self.counter = policy.counter
+        self.id = conversation_id
+        self.on_call = on_call
+        self.first = next((m for m in self.recording if is_request(m)), None)
+        self.history: list[BaseMessage] = []
+        self.calls: list[CallRecord] = []
+
+    def steps(self) -> Iterator[int]:
+        """Yield the index of each recorded assistant message (time to compact), appending the others."""
+        for i, m in enumerate(self.recording):
+            if isinstance(m, AIMessage):
+                yield i
+            self.history = [*self.history, m]
+
+    def record(self, i: int, history_in: list[BaseMessage], result: CompactionResult, ms: float) -> None:
+        sent = list(result.messages)
+        record = CallRecord(
+            index=len(self.calls), message_index=i,
+            tokens_uncompacted=self.counter.count_messages(self.recording[:i]),
+            tokens_before=self.counter.count_messages(history_in),
+            tokens_sent=self.counter.count_messages(sent),
+            messages_uncompacted=i, messages_before=len(history_in), messages_sent=len(sent),
+            compaction_ms=ms, compacted=result.compacted, triggered=result.triggered,
+            stop_reason=result.stop_reason, fits=result.fits, strategies=result.strategies_applied,
+            violations=[str(v) for v in check_invariants(sent)],
+            first_request_present=self._first_present(sent))
+        self.calls.append(record)
+        self.history = sent
+        if self.on_call is not None:
+            self.on_call(record, history_in, result)
+
+    def _first_present(self, sent: Sequence[BaseMessage]) -> bool:
+        if self.first is None:
+            return True
+        return any(m.id == self.first.id and m.content == self.first.content for m in sent)
+
+    def done(self, path: Path | None) -> ConversationReplay:
+        return ConversationReplay(id=self.id, calls=self.calls, messages=self.history,
+                                  max_input_tokens=self.policy.max_input_tokens,
+                                  budget_tokens=self.policy.budget_tokens(), path=path)
+
+    def error(self, i: int, exc: Exception) -> ReplayError:
+        return ReplayError(f"conversation {self.id!r}, model call {len(self.calls)} (before recorded message {i}): "
+                           f"{type(exc).__name__}: {exc}")
+
+
+class ReplayError(RuntimeError):
+    """Compaction raised while replaying; the message names the conversation and the model call, and the
+    original exception is chained (`__cause__`)."""
+
+
+def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
+                        conversation_id: str | None = None, compact_fn: CompactFn = compact,
+                        on_call: OnCall | None = None) -> ConversationReplay:
+    """Replay one recorded conversation through compaction (see the module docstring for the semantics).
+
+    Args:
+        messages: the recorded conversation (`list[BaseMessage]`), or a `Trace` (its id is used).
+        policy: the `CompactionPolicy`; its counter measures every figure.
+        conversation_id: names the conversation in the result and in errors; messages without an id get
+            f"{conversation_id}:{index}" (default "conversation", or the trace's id).
+        compact_fn: `compact(messages, policy) -> CompactionResult`, replaceable (e.g. a wrapper).
+        on_call: called after each call (see `OnCall`), e.g. to check every sent history.
+
+    Returns:
+        A `ConversationReplay` with one `CallRecord` per recorded assistant message.
+
+    Raises:
+        ReplayError: `compact_fn` raised (the conversation, call and recorded message index are named).
+    """
+    rep, path = _start(messages, policy, conversation_id, on_call)
+    for i in rep.steps():
+        history_in = rep.history
+        t0 = time.perf_counter()
+        try:
+            result = compact_fn(history_in, policy)
+        except Exception as exc:
+            raise rep.error(i, exc) from exc
+        rep.record(i, history_in, result, (time.perf_counter() - t0) * 1000)
+    return rep.done(path)
+
+
+async def areplay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
+                               conversation_id: str | None = None, compact_fn: ACompactFn = acompact,
+                               on_call: OnCall | None = None) -> ConversationReplay:
+    """Async twin of `replay_conversation` (awaits `compact_fn`, `acompact` by default)."""
+    rep, path = _start(messages, policy, conversation_id, on_call)
+    for i in rep.steps():
+        history_in = rep.history
+        t0 = time.perf_counter()
+        try:
+            result = await compact_fn(history_in, policy)
+        except Exception as exc:
+            raise rep.error(i, exc) from exc
+        rep.record(i, history_in, result, (time.perf_counter() - t0) * 1000)
+    return rep.done(path)
+
+
+def _start(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
+           on_call: OnCall | None) -> tuple[_Replayer, Path | None]:
+    if isinstance(messages, Trace):
+        return _Replayer(messages.messages, policy, conversation_id or messages.id, on_call), messages.path
+    return _Replayer(messages, policy, conversation_id or "conversation", on_call), None
+
+
+# ------------------------------------------------------------------------------------------------ many files
+@dataclass
+class FileReplay:
+    """The conversations of one trace file, replayed."""
+
+    path: Path
+    conversations: list[ConversationReplay]
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        return [c for conv in self.conversations for c in conv.calls]
+
+
+@dataclass
+class ReplayReport:
+    """Trace files replayed under one policy: per file, per conversation, and in total.
+
+    `to_dict()` is what `lc-compaction replay --json` prints: the `summarize_calls` keys over every call at the
+    top level, then "policy" (the settings used) and "files" (the same keys per file, with "path" and
+    "by_conversation").
+    """
+
+    files: list[FileReplay]
+    policy: CompactionPolicy
+
+    @property
+    def conversations(self) -> list[ConversationReplay]:
+        return [c for f in self.files for c in f.conversations]
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        return [c for f in self.files for c in f.calls]
+
+    def _summary(self, calls: Sequence[CallRecord], conversations: int) -> dict[str, Any]:
+        return summarize_calls(calls, max_input_tokens=self.policy.max_input_tokens,
+                               budget_tokens=self.policy.budget_tokens(), conversations=conversations)
+
+    def totals(self) -> dict[str, Any]:
+        """`summarize_calls` over every call of every file."""
+        return self._summary(self.calls, len(self.conversations))
+
+    def file_summary(self, f: FileReplay) -> dict[str, Any]:
+        """`summarize_calls` over one file's calls, with its "path"."""
+        return {"path": str(f.path), **self._summary(f.calls, len(f.conversations))}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable: totals at the top level, then "policy" and "files" (see the class docstring)."""
+        return {**self.totals(), "policy": policy_dict(self.policy),
+                "files": [{**self.file_summary(f), "by_conversation": [c.to_dict() for c in f.conversations]}
+                          for f in self.files]}
+
+
+def policy_dict(policy: CompactionPolicy) -> dict[str, Any]:
+    """The settings of `policy` that shape a replay, JSON-serializable (tokens unless the name says otherwise)."""
+    goal_tokens, goal_messages = policy.target_goal()
+    return {"max_input_tokens": policy.max_input_tokens, "trigger": policy.trigger_clauses,
+            "keep": list(policy.keep), "target_tokens": goal_tokens, "target_messages": goal_messages,
+            "reserve": policy.reserve, "budget_tokens": policy.budget_tokens(),
+            "token_counter": getattr(policy.counter, "name", type(policy.counter).__name__),
+            "strategies": [s.name for s in policy.strategies or ()]}
+
+
+def _progress(total: int, progress: bool):  # noqa: ANN202 - a tqdm bar
+    from tqdm.auto import tqdm
+
+    # disable=None: shown only when stderr is a terminal; delay: only on replays longer than a second.
+    return tqdm(total=total, unit="conv", desc="replay", disable=None if progress else True, delay=1.0,
+                leave=False)
+
+
+def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
+                 compact_fn: CompactFn = compact, on_call: OnCall | None = None) -> ReplayReport:
+    """Replay every conversation of the JSONL trace files `paths` under `policy`.
+
+    Args:
+        paths: trace files (see `lc_compaction.traces`); `traces.bundled_traces()` for the examples.
+        policy: the `CompactionPolicy`.
+        progress: show a tqdm progress bar on stderr (only when it is a terminal, and only after a second).
+        compact_fn, on_call: as in `replay_conversation`.
+
+    Returns:
+        A `ReplayReport` (per file, per conversation, totals; `to_dict()` for JSON).
+
+    Raises:
+        TraceFormatError: a file is not a valid trace (file, line and field named); nothing is replayed.
+        ReplayError: compaction raised on a conversation.
+    """
+    loaded = [(Path(p), load_traces(p)) for p in paths]
+    files: list[FileReplay] = []
+    with _progress(sum(len(t) for _, t in loaded), progress) as bar:
+        for path, traces in loaded:
+            convs = []
+            for trace in traces:
+                convs.append(replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+                bar.update(1)
+            files.append(FileReplay(path, convs))
+    return ReplayReport(files, policy)
+
+
+async def areplay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
+                        compact_fn: ACompactFn = acompact, on_call: OnCall | None = None) -> ReplayReport:
+    """Async twin of `replay_files` (conversations replayed one after the other with `areplay_conversation`)."""
+    loaded = [(Path(p), load_traces(p)) for p in paths]
+    files: list[FileReplay] = []
+    with _progress(sum(len(t) for _, t in loaded), progress) as bar:
+        for path, traces in loaded:
+            convs = []
+            for trace in traces:
+                convs.append(await areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+                bar.update(1)
+            files.append(FileReplay(path, convs))
+    return ReplayReport(files, policy)

@@ -1,0 +1,1079 @@
+"""Token counting: the :class:`TokenCounter` protocol, exact and approximate counters, and their cache.
+
+Every count in this module is in **tokens** unless a name says otherwise (``chars_per_token`` is characters per
+token).  A history costs ``sum(count_message(m)) + reply_overhead``; tool schemas sent beside the messages cost
+``count_tools(tools)``; the compaction core adds those two.
+
+What one message costs (the same structure for the exact and the approximate counter; only the cost of a piece of
+text differs):
+
+* ``MESSAGE_OVERHEAD_TOKENS`` (3) + the role's text (``system``/``user``/``assistant``/``tool``) + the name's text
+  and ``NAME_OVERHEAD_TOKENS`` (1) when ``name`` is set -- the OpenAI cookbook's rules (see the constants).
+* the content: a string is encoded; a list of blocks is counted block by block (text, reasoning, tool-use, image,
+  file, unknown blocks: see :meth:`StructuredCounter.count_content`).  Images and files cost a bounded amount,
+  never anything proportional to their base64 size.
+* an AI message's ``tool_calls``: name + compact JSON of the arguments + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
+  (``invalid_tool_calls``: name + the raw argument string + the same overhead).  A content block that repeats a
+  tool call (Anthropic ``tool_use``, LangChain v1 ``tool_call``, OpenAI Responses ``function_call``, same id) is
+  skipped, so the call is counted once.
+* a tool message's ``tool_call_id`` is not counted (it is not rendered into the model's context as text).
+
+Per-message results are cached (bounded LRU), so counting a history that grew by k messages tokenizes k messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import math
+import re
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+from lc_compaction._offline import EncodingUnavailableError, ensure_encoding
+
+__all__ = [
+    "ApproximateCounter",
+    "CallableCounter",
+    "EncodingUnavailableError",
+    "MessageCounter",
+    "StructuredCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "encoding_name_for_model",
+    "image_tokens",
+    "resolve_token_counter",
+]
+
+# ---------------------------------------------------------------------------------------------------------------
+# Constants.  Sources:
+#   [cookbook]  OpenAI cookbook, "How to count tokens with tiktoken" (examples/How_to_count_tokens_with_tiktoken.ipynb),
+#               section 6 num_tokens_from_messages() and section 7 num_tokens_for_tools(); its outputs match the API's
+#               prompt_tokens (124 for its example messages on gpt-4o / gpt-4o-mini, 101 with its example tool).
+#   [vision]    OpenAI platform docs, Images and vision guide, "Calculating costs" (detail low = 85 tokens; high =
+#               85 + 170 per 512px tile after fitting into 2048x2048 and scaling the shortest side down to 768px;
+#               worked examples 1024x1024 -> 765 and 2048x4096 -> 1105).
+#   [hmarr]     hmarr/openai-chat-tokens (src/index.ts, messageTokensEstimate): a function-call message costs its
+#               name and arguments plus 3 tokens, fitted against the API's counts.
+# ---------------------------------------------------------------------------------------------------------------
+
+MESSAGE_OVERHEAD_TOKENS = 3
+"""Tokens every message costs besides its text: ``<|start|>{role/name}\\n{content}<|end|>\\n`` [cookbook]."""
+
+NAME_OVERHEAD_TOKENS = 1
+"""Extra tokens when a message has a ``name`` (on top of the name's own text) [cookbook]."""
+
+REPLY_PRIMING_TOKENS = 3
+"""Tokens added once per request: every reply is primed with ``<|start|>assistant<|message|>`` [cookbook]."""
+
+TOOL_CALL_OVERHEAD_TOKENS = 3
+"""Tokens per tool call besides its name and arguments.  OpenAI does not publish this; 3 is the value fitted
+against the API by [hmarr] for function-call messages (an estimate, not exact)."""
+
+IMAGE_LOW_DETAIL_TOKENS = 85
+"""Cost of an image sent with ``detail: "low"``, whatever its size [vision]."""
+
+IMAGE_BASE_TOKENS = 85
+"""Fixed part of a high-detail image's cost [vision]."""
+
+IMAGE_TILE_TOKENS = 170
+"""Cost of each 512px tile of a high-detail image [vision]."""
+
+IMAGE_TILE_PX = 512
+"""Side of a tile, pixels [vision]."""
+
+IMAGE_FIT_PX = 2048
+"""High-detail images are first scaled down to fit in a square of this side, pixels [vision]."""
+
+IMAGE_SHORT_SIDE_PX = 768
+"""...then scaled down so that their shortest side is at most this, pixels [vision]."""
+
+IMAGE_MAX_TOKENS = IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * (
+    math.ceil(IMAGE_SHORT_SIDE_PX / IMAGE_TILE_PX) * math.ceil(IMAGE_FIT_PX / IMAGE_TILE_PX)
+)
+"""The largest value of the [vision] formula: after scaling, the long side is at most 2048px (4 tiles) and the
+short side at most 768px (2 tiles), so at most 8 tiles: 85 + 170 * 8 = 1445 tokens.  Used for an image whose size
+cannot be read (a URL, a file id, an unknown format).  Other providers' rules give similar bounds (Anthropic:
+about width * height / 750, at most about 1,600 tokens), but OpenAI's patch-based models (gpt-4.1-mini/nano,
+o4-mini: up to 1,536 patches times a model multiplier) can bill more; this is OpenAI's tile rule only."""
+
+FILE_BLOCK_TOKENS = 1_000
+"""Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
+clip, a file id).  NOT exact and not an upper bound -- a long PDF can cost far more -- but bounded and independent
+of the payload's size, so a base64 payload never counts as text."""
+
+SIGNATURE_TOKENS = 0
+"""Cost of an opaque reasoning signature, ``encrypted_content`` or ``redacted_thinking`` payload.  These are
+provider-encrypted blobs whose billed size is not knowable; they are counted as 0 (the visible reasoning text is
+counted), so a reasoning block's count is a lower bound."""
+
+
+class _ToolSchemaCosts:
+    """The [cookbook] ``num_tokens_for_tools`` constants (tokens)."""
+
+    __slots__ = ("enum_init", "enum_item", "func_end", "func_init", "prop_init", "prop_key")
+
+    def __init__(self, func_init: int, prop_init: int, prop_key: int, enum_init: int, enum_item: int,
+                 func_end: int) -> None:
+        self.func_init = func_init
+        self.prop_init = prop_init
+        self.prop_key = prop_key
+        self.enum_init = enum_init
+        self.enum_item = enum_item
+        self.func_end = func_end
+
+
+_TOOL_COSTS_O200K = _ToolSchemaCosts(func_init=7, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
+"""[cookbook] constants for gpt-4o / gpt-4o-mini (o200k_base); also used for later o200k models and approximations."""
+
+_TOOL_COSTS_CL100K = _ToolSchemaCosts(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
+"""[cookbook] constants for gpt-3.5-turbo / gpt-4 (cl100k_base)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The protocol
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What the compaction core needs to measure a history.
+
+    Attributes:
+        name: a short label for reports, e.g. ``"tiktoken:o200k_base"``, ``"approximate"``, ``"messages"``.
+        reply_overhead: tokens added once per request (3 for OpenAI's reply priming; 0 for ``"messages"``).
+    """
+
+    name: str
+    reply_overhead: int
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Tokens of one message, including its per-message overhead.
+
+        Called for every message on every model call, so implementations should cache per message (the built-in
+        counters do) to keep the work on a history that grew by k messages proportional to k.
+        """
+        ...
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Tokens of a history: ``sum(count_message(m)) + reply_overhead``, 0 for an empty list."""
+        ...
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a bare string (no message overhead)."""
+        ...
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """Tokens of tool schemas sent beside the messages; 0 for an empty list."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model -> encoding
+# ---------------------------------------------------------------------------------------------------------------
+
+DEFAULT_ENCODING = "o200k_base"
+"""Encoding used when no model is given or the model is not an OpenAI one (an approximation for Claude, Gemini,
+Llama...: their tokenizers differ, typically by 10-20% on English text)."""
+
+_O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "gpt-oss", "o1", "o3", "o4")
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3", "text-embedding-ada-002")
+
+
+def _bare_model_name(model_name: str) -> str:
+    """Strip provider prefixes (``openai:``, ``azure/``, ``openrouter/openai/``) and fine-tune wrappers (``ft:``)."""
+    name = model_name.strip().lower()
+    name = name.rsplit("/", 1)[-1]
+    for _ in range(3):
+        if name.startswith("ft:"):
+            name = name[3:].split(":", 1)[0]
+        elif ":" in name:
+            name = name.split(":", 1)[1]
+        else:
+            break
+    return name
+
+
+def encoding_name_for_model(model_name: str | None) -> str:
+    """Return the tiktoken encoding name for a chat model name.
+
+    ``o200k_base`` for gpt-4o, chatgpt-4o, gpt-4.1, gpt-4.5, gpt-5*, o1/o3/o4* and gpt-oss (whose harmony encoding
+    shares o200k_base's vocabulary for ordinary text); ``cl100k_base`` for gpt-4 (not 4o/4.1/4.5), gpt-3.5-turbo
+    (also Azure's ``gpt-35-turbo``) and the text-embedding-3 / ada-002 models.  ``None`` and every other name
+    (Claude, Gemini, Llama, ...) give ``o200k_base`` (:data:`DEFAULT_ENCODING`): an approximation, since those
+    models use their own tokenizers.  Provider prefixes such as ``"openai:"``, ``"azure/"`` and fine-tune names
+    (``"ft:gpt-4o-mini:org::id"``) are handled.
+    """
+    if not model_name:
+        return DEFAULT_ENCODING
+    name = _bare_model_name(model_name)
+    if name.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    if name.startswith(_CL100K_PREFIXES):
+        return "cl100k_base"
+    return DEFAULT_ENCODING
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Images
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def image_tokens(width: int, height: int, *, detail: str | None = "high") -> int:
+    """Tokens of one image of ``width`` x ``height`` pixels under OpenAI's rule [vision].
+
+    ``detail="low"`` costs 85.  Otherwise (``"high"``, ``"auto"``, ``None``: counted as high, the larger) the image
+    is scaled down to fit in 2048x2048, then down so its shortest side is at most 768px (never up), and costs
+    85 + 170 per 512px tile covering it; at most :data:`IMAGE_MAX_TOKENS` (1445).
+
+    Raises:
+        ValueError: ``width`` or ``height`` is not a positive integer.
+    """
+    if detail == "low":
+        return IMAGE_LOW_DETAIL_TOKENS
+    if not (isinstance(width, int) and isinstance(height, int)) or width <= 0 or height <= 0:
+        raise ValueError(f"image width and height must be positive integers, got {width!r} x {height!r}")
+    w, h = float(width), float(height)
+    if max(w, h) > IMAGE_FIT_PX:
+        scale = IMAGE_FIT_PX / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > IMAGE_SHORT_SIDE_PX:
+        scale = IMAGE_SHORT_SIDE_PX / min(w, h)
+        w, h = w * scale, h * scale
+    w_px, h_px = max(1, round(w)), max(1, round(h))
+    tiles = math.ceil(w_px / IMAGE_TILE_PX) * math.ceil(h_px / IMAGE_TILE_PX)
+    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+_HEADER_B64_CHARS = 512
+"""Base64 characters decoded to read an image header (384 bytes): enough for PNG, GIF and WebP headers."""
+
+_JPEG_MAX_SEGMENTS = 64
+"""JPEG segments skipped at most while looking for the frame header (SOFn) before giving up."""
+
+_JPEG_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+
+
+class _B64Window:
+    """Random access to the bytes of a base64 string, decoding only the 4-character groups asked for."""
+
+    __slots__ = ("_s",)
+
+    def __init__(self, s: str) -> None:
+        if any(c.isspace() for c in s[:_HEADER_B64_CHARS]):
+            # Line-wrapped base64: offsets are not aligned; work on a bounded, cleaned prefix.
+            s = "".join(s[: 1 << 16].split())
+        self._s = s
+
+    def read(self, offset: int, n: int) -> bytes:
+        start = (offset // 3) * 4
+        end = ((offset + n + 2) // 3) * 4
+        chunk = self._s[start:end]
+        if not chunk:
+            return b""
+        chunk += "=" * (-len(chunk) % 4)
+        try:
+            data = base64.b64decode(chunk)
+        except (binascii.Error, ValueError):
+            return b""
+        skip = offset - (offset // 3) * 3
+        return data[skip : skip + n]
+
+
+def _image_dimensions(b64: str) -> tuple[int, int] | None:
+    """Width and height (pixels) of a base64 PNG, GIF, WebP or JPEG, read from its header; None if unknown."""
+    try:
+        window = _B64Window(b64)
+        head = window.read(0, (_HEADER_B64_CHARS // 4) * 3)
+        size: tuple[int, int] | None = None
+        if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
+            size = struct.unpack(">II", head[16:24])
+        elif head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+            size = struct.unpack("<HH", head[6:10])
+        elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+            size = _webp_dimensions(head)
+        elif head[:2] == b"\xff\xd8":
+            size = _jpeg_dimensions(window)
+        if size is None or size[0] <= 0 or size[1] <= 0:
+            return None
+        return int(size[0]), int(size[1])
+    except Exception:  # noqa: BLE001 - a malformed header must never break counting
+        return None
+
+
+def _webp_dimensions(head: bytes) -> tuple[int, int] | None:
+    chunk = head[12:16]
+    if chunk == b"VP8 " and len(head) >= 30 and head[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack("<HH", head[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and len(head) >= 25 and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X" and len(head) >= 30:
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    return None
+
+
+def _jpeg_dimensions(window: _B64Window) -> tuple[int, int] | None:
+    pos = 2
+    for _ in range(_JPEG_MAX_SEGMENTS):
+        seg = window.read(pos, 9)
+        if len(seg) < 4 or seg[0] != 0xFF:
+            return None
+        marker = seg[1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _JPEG_SOF_MARKERS:
+            if len(seg) < 9:
+                return None
+            height, width = struct.unpack(">HH", seg[5:9])
+            return width, height
+        if marker == 0xDA or marker == 0xD9:  # start of scan / end of image: no frame header before it
+            return None
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(seg[2:4], "big")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Block classification
+# ---------------------------------------------------------------------------------------------------------------
+
+_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+_REASONING_BLOCKS = frozenset({"reasoning", "thinking"})
+_OPAQUE_BLOCKS = frozenset({"redacted_thinking"})
+_TOOL_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call", "server_tool_use", "tool_call_chunk",
+                               "invalid_tool_call"})
+_TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
+_IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
+_FILE_BLOCKS = frozenset({"file", "input_file", "document", "audio", "input_audio", "video", "text-plain"})
+_KNOWN_BLOCKS = (_TEXT_BLOCKS | _REASONING_BLOCKS | _OPAQUE_BLOCKS | _TOOL_CALL_BLOCKS | _TOOL_RESULT_BLOCKS
+                 | _IMAGE_BLOCKS | _FILE_BLOCKS | {"refusal", "non_standard"})
+
+_SKIPPED_KEYS = frozenset({"type", "id", "index", "signature", "encrypted_content", "data", "base64", "extras",
+                           "cache_control", "tool_use_id", "tool_call_id", "call_id", "file_id", "mime_type"})
+"""Keys whose values are not counted in unknown blocks: discriminators, ids, and binary or opaque payloads."""
+
+_BINARY_MIN_CHARS = 256
+_BINARY_RE = re.compile(r"[A-Za-z0-9+/_=-]+")
+_MAX_DEPTH = 32
+"""Nesting depth beyond which unknown structures are not walked further (no RecursionError on hostile input)."""
+
+
+def _looks_binary(s: str) -> bool:
+    """A ``data:`` URL, or a long string with no whitespace made only of base64 characters."""
+    if s.startswith("data:"):
+        return True
+    return len(s) >= _BINARY_MIN_CHARS and _BINARY_RE.fullmatch(s) is not None
+
+
+def _compact_json(value: Any) -> str:
+    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``; ``str()`` for what JSON cannot encode."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return str(value)
+        except Exception:  # noqa: BLE001
+            return ""
+
+
+def _is_listed(value: Any, ids: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in ids
+
+
+def _role(message: BaseMessage) -> str:
+    """The role a message is sent with: ``system``, ``user``, ``assistant``, ``tool``, ``function`` or custom."""
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, SystemMessage):
+        role = message.additional_kwargs.get("__openai_role__")
+        return role if isinstance(role, str) and role else "system"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, FunctionMessage):
+        return "function"
+    if isinstance(message, ChatMessage):
+        return str(message.role)
+    return str(getattr(message, "type", "") or "")
+
+
+def _is_remove(message: BaseMessage) -> bool:
+    return getattr(message, "type", None) == "remove"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The per-message cache
+# ---------------------------------------------------------------------------------------------------------------
+
+def _snapshot(value: Any) -> Any:
+    """A copy of ``value`` that later in-place edits cannot change (strings are immutable; containers are copied,
+    their leaf strings shared, so a snapshot costs O(structure), not O(text))."""
+    if value is None or isinstance(value, str):
+        return value
+    return copy.deepcopy(value)
+
+
+class _MessageCache:
+    """A bounded, thread-safe LRU of per-message counts, validated on every hit.
+
+    Key: ``(role, name, "id", message.id, len(content))`` when the message has an id (the length keeps an original and
+    its truncated version apart); for a string-content message without one,
+    ``(role, name, "text", content)`` (no tool calls) or ``(role, name, "calls", content, tool call ids)``, so
+    messages re-created from the same data (e.g. converted again from OpenAI dicts) still hit; otherwise
+    ``(role, name, "obj", id(message))``.  The key only
+    decides where to look: a hit is used only if the stored content, tool calls and invalid tool calls equal the
+    message's (``==``, which returns at once for the same objects), so an edited message (same id, new content) is
+    recounted and a reused ``id()`` cannot return a wrong count.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 0:
+            raise ValueError(f"cache_size must be a non-negative integer, got {maxsize!r}")
+        self.maxsize = maxsize
+        self._data: OrderedDict[tuple[Any, ...], tuple[Any, Any, Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _parts(message: BaseMessage) -> tuple[Any, Any, Any]:
+        if not isinstance(message, AIMessage):  # getattr on a missing pydantic field is slow: skip it
+            return (message.content, None, None)
+        return (message.content, message.tool_calls or None, message.invalid_tool_calls or None)
+
+    @staticmethod
+    def _key(message: BaseMessage, role: str, parts: tuple[Any, Any, Any]) -> tuple[Any, ...]:
+        name = message.name
+        content, tool_calls, invalid = parts
+        if message.id:
+            # the content's length tells apart versions of one message (an original tool result and its
+            # truncated note share an id): both stay cached, so compacting again does not re-tokenize.
+            size = len(content) if isinstance(content, (str, list)) else -1
+            return (role, name, "id", message.id, size)
+        if isinstance(content, str):
+            if tool_calls is None and invalid is None:
+                return (role, name, "text", content)
+            call_ids = tuple(tc.get("id") if isinstance(tc, dict) else None for tc in (tool_calls or ()))
+            if invalid is None and call_ids and all(isinstance(i, str) for i in call_ids):
+                return (role, name, "calls", content, call_ids)
+        return (role, name, "obj", id(message))
+
+    def lookup(self, message: BaseMessage, compute: Callable[[BaseMessage], int]) -> int:
+        """Return the cached count for ``message`` or compute, store and return it."""
+        if self.maxsize == 0:
+            with self._lock:
+                self.misses += 1
+            return compute(message)
+        role = _role(message)
+        parts = self._parts(message)
+        key = self._key(message, role, parts)
+        with self._lock:
+            entry = self._data.get(key)
+        if entry is not None:
+            try:
+                valid = entry[0] == parts[0] and entry[1] == parts[1] and entry[2] == parts[2]
+            except Exception:  # noqa: BLE001 - exotic objects whose == raises: treat as a miss
+                valid = False
+            if valid:
+                with self._lock:
+                    self.hits += 1
+                    if key in self._data:
+                        self._data.move_to_end(key)
+                return entry[3]
+        count = compute(message)
+        try:
+            stored = (_snapshot(parts[0]), _snapshot(parts[1]), _snapshot(parts[2]), count)
+        except Exception:  # noqa: BLE001 - uncopyable content: count it, do not cache it
+            stored = None
+        with self._lock:
+            self.misses += 1
+            if stored is not None:
+                self._data[key] = stored
+                self._data.move_to_end(key)
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+        return count
+
+    def info(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "size": len(self._data), "maxsize": self.maxsize}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.hits = 0
+            self.misses = 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counters
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class StructuredCounter:
+    """Base of the exact and approximate counters: the message structure, the caching, the tool schemas.
+
+    Subclasses define :meth:`count_text` (tokens of a string); everything else -- per-message overheads, blocks,
+    images, tool calls, tool schemas -- is shared, so both counters apply identical rules.
+    """
+
+    name: str = "structured"
+    reply_overhead: int = REPLY_PRIMING_TOKENS
+    _tool_costs: _ToolSchemaCosts = _TOOL_COSTS_O200K
+
+    def __init__(self, *, cache_size: int = 100_000) -> None:
+        self._cache = _MessageCache(cache_size)
+        self._role_costs: dict[str, int] = {}
+
+    # -- the protocol -------------------------------------------------------------------------------------------
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` (no message overhead).  Implemented by subclasses."""
+        raise NotImplementedError
+
+    def count_message(self, message: BaseMessage) -> int:
+        """Tokens of one message including its per-message overhead (cached; see the module docstring).
+
+        A LangGraph ``RemoveMessage`` (never sent to a model) costs 0.
+
+        Raises:
+            TypeError: ``message`` is not a ``BaseMessage``.
+        """
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"count_message expects a langchain BaseMessage, got {type(message).__name__}")
+        if _is_remove(message):
+            return 0
+        return self._cache.lookup(message, self._count_message_uncached)
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """Tokens of a history: ``sum(count_message(m)) + reply_overhead``; 0 for an empty sequence.
+
+        Raises:
+            TypeError: an item is not a ``BaseMessage``.
+        """
+        if not messages:
+            return 0
+        return sum(self.count_message(m) for m in messages) + self.reply_overhead
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """Tokens of tool schemas sent beside the messages, by the [cookbook] ``num_tokens_for_tools`` formula.
+
+        Each tool (an OpenAI-format dict, a ``BaseTool``, a pydantic model, a callable, an Anthropic-format dict) is
+        converted with ``langchain_core.utils.function_calling.convert_to_openai_tool``.  Per function:
+        ``func_init`` + text of ``"name:description"`` (one trailing period dropped); if it has properties,
+        ``prop_init`` + per property ``prop_key`` + text of ``"key:type:description"`` (+ ``enum_init`` +
+        ``enum_item`` + text per enum value).  Once per list: ``func_end``.  Constants: 7/3/3/-3/3/12 for o200k
+        models, 10/3/3/-3/3/12 for cl100k ones.  Extension beyond the cookbook (which ignores them): a property's
+        other schema keys (``items``, ``anyOf``, ``default``, nested ``properties``, ...) add the tokens of their
+        compact JSON, and a tool that is not a function (e.g. ``{"type": "web_search"}``) costs ``func_init`` + the
+        tokens of its compact JSON.  An empty sequence costs 0.
+
+        Raises:
+            ValueError: a tool cannot be converted to the OpenAI format.
+        """
+        if not tools:
+            return 0
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        costs = self._tool_costs
+        total = 0
+        for i, tool in enumerate(tools):
+            try:
+                converted = convert_to_openai_tool(tool)
+            except Exception as e:
+                raise ValueError(f"tools[{i}] cannot be converted to an OpenAI tool schema: {e}") from e
+            total += self._function_schema_tokens(converted, costs)
+        return total + costs.func_end
+
+    # -- cache --------------------------------------------------------------------------------------------------
+
+    def cache_info(self) -> dict[str, int]:
+        """``{"hits", "misses", "size", "maxsize"}`` of the per-message cache (counts of lookups and entries)."""
+        return self._cache.info()
+
+    def clear_cache(self) -> None:
+        """Empty the per-message cache and reset its hit and miss counters."""
+        self._cache.clear()
+
+    # -- message structure --------------------------------------------------------------------------------------
+
+    def _role_tokens(self, role: str) -> int:
+        cost = self._role_costs.get(role)
+        if cost is None:
+            cost = self.count_text(role)
+            self._role_costs[role] = cost
+        return cost
+
+    def _count_message_uncached(self, message: BaseMessage) -> int:
+        total = MESSAGE_OVERHEAD_TOKENS + self._role_tokens(_role(message))
+        if message.name:
+            total += self.count_text(str(message.name)) + NAME_OVERHEAD_TOKENS
+        tool_calls = getattr(message, "tool_calls", None) or []
+        invalid = getattr(message, "invalid_tool_calls", None) or []
+        call_ids = frozenset(
+            tc["id"] for tc in [*tool_calls, *invalid] if isinstance(tc, dict) and isinstance(tc.get("id"), str)
+        )
+        total += self.count_content(message.content, call_ids=call_ids)
+        for tc in tool_calls:
+            if isinstance(tc, dict):
+                total += self._tool_call_tokens(tc.get("name"), tc.get("args"))
+        for itc in invalid:
+            if isinstance(itc, dict):
+                total += self._tool_call_tokens(itc.get("name"), itc.get("args"))
+        return total
+
+    def _tool_call_tokens(self, name: Any, args: Any) -> int:
+        total = TOOL_CALL_OVERHEAD_TOKENS
+        if name:
+            total += self.count_text(str(name))
+        if args is not None and args != "":
+            total += self.count_text(_compact_json(args))
+        return total
+
+    def count_content(self, content: Any, *, call_ids: frozenset[str] = frozenset()) -> int:
+        """Tokens of a message's ``content`` (a string or a list of blocks), without message overhead.
+
+        Blocks: text-like (``text``/``input_text``/``output_text``, bare strings) -> their text; ``refusal`` -> its
+        text; ``reasoning``/``thinking`` -> their text and summaries, not signatures or encrypted content
+        (:data:`SIGNATURE_TOKENS`); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
+        (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
+        ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
+        the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); files,
+        documents, audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); unknown
+        blocks -> the text of their string values, skipping ids and binary payloads.  Never raises.
+        """
+        return self._content_tokens(content, call_ids, 0)
+
+    def _content_tokens(self, content: Any, call_ids: frozenset[str], depth: int) -> int:
+        if isinstance(content, str):
+            return self.count_text(content)
+        if content is None:
+            return 0
+        if isinstance(content, (list, tuple)):
+            if depth > _MAX_DEPTH:
+                return 0
+            return sum(self._block_tokens(block, call_ids, depth + 1) for block in content)
+        return self._block_tokens(content, call_ids, depth + 1)
+
+    def _block_tokens(self, block: Any, call_ids: frozenset[str], depth: int) -> int:
+        if isinstance(block, str):
+            return self.count_text(block)
+        if not isinstance(block, dict):
+            if isinstance(block, (list, tuple)):
+                return self._content_tokens(block, call_ids, depth)
+            return self._value_tokens(block, depth)
+        btype = block.get("type")
+        if not isinstance(btype, str) or btype not in _KNOWN_BLOCKS:
+            return self._value_tokens(block, depth)
+        if btype in _TEXT_BLOCKS:
+            return self._field_text(block.get("text"), depth)
+        if btype == "refusal":
+            return self._field_text(block.get("refusal"), depth)
+        if btype in _REASONING_BLOCKS:
+            return self._reasoning_tokens(block, depth)
+        if btype in _OPAQUE_BLOCKS:
+            return SIGNATURE_TOKENS
+        if btype in _TOOL_CALL_BLOCKS:
+            # OpenAI Responses function_call blocks carry both an item "id" (fc_...) and the "call_id" that
+            # LangChain uses as the tool call's id: a match on either is a duplicate.
+            if btype != "server_tool_use" and call_ids and (
+                _is_listed(block.get("id"), call_ids) or _is_listed(block.get("call_id"), call_ids)
+            ):
+                return 0
+            args = block.get("input", block.get("args", block.get("arguments")))
+            if (args is None or args == {}) and isinstance(block.get("partial_json"), str):
+                args = block["partial_json"]
+            return self._tool_call_tokens(block.get("name"), args)
+        if btype in _TOOL_RESULT_BLOCKS:
+            inner = block.get("content", block.get("output"))
+            return self._content_tokens(inner, call_ids, depth)
+        if btype in _IMAGE_BLOCKS:
+            return self._image_block_tokens(block)
+        if btype in _FILE_BLOCKS:
+            return self._file_block_tokens(block, call_ids, depth)
+        # non_standard
+        return self._value_tokens(block.get("value"), depth)
+
+    def _field_text(self, value: Any, depth: int) -> int:
+        if isinstance(value, str):
+            return self.count_text(value)
+        return self._value_tokens(value, depth)
+
+    def _reasoning_tokens(self, block: dict[str, Any], depth: int) -> int:
+        total = 0
+        for key in ("reasoning", "thinking", "text"):
+            value = block.get(key)
+            if isinstance(value, str):
+                total += self.count_text(value)
+        for key in ("summary", "content"):
+            items = block.get(key)
+            if isinstance(items, (list, tuple)):
+                for item in items:
+                    if isinstance(item, str):
+                        total += self.count_text(item)
+                    elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                        total += self.count_text(item["text"])
+        if block.get("signature") or block.get("encrypted_content"):
+            total += SIGNATURE_TOKENS
+        return total
+
+    def _image_block_tokens(self, block: dict[str, Any]) -> int:
+        detail: Any = block.get("detail")
+        url: Any = None
+        b64: Any = None
+        image_url = block.get("image_url")
+        if isinstance(image_url, dict):
+            url = image_url.get("url")
+            detail = image_url.get("detail", detail)
+        elif isinstance(image_url, str):
+            url = image_url
+        source = block.get("source")
+        if isinstance(source, dict):
+            if isinstance(source.get("data"), str) and source.get("type", "base64") == "base64":
+                b64 = source["data"]
+            elif isinstance(source.get("url"), str):
+                url = source["url"]
+        if b64 is None:
+            for key in ("base64", "data"):
+                if isinstance(block.get(key), str):
+                    b64 = block[key]
+                    break
+        if url is None and isinstance(block.get("url"), str):
+            url = block["url"]
+        extras = block.get("extras")
+        if detail is None and isinstance(extras, dict):
+            detail = extras.get("detail")
+        if detail == "low":
+            return IMAGE_LOW_DETAIL_TOKENS
+        if b64 is None and isinstance(url, str) and url.startswith("data:"):
+            header, _, payload = url.partition(",")
+            if ";base64" in header:
+                b64 = payload
+        if isinstance(b64, str) and b64:
+            size = _image_dimensions(b64)
+            if size is not None:
+                return image_tokens(size[0], size[1], detail="high")
+        return IMAGE_MAX_TOKENS
+
+    def _file_block_tokens(self, block: dict[str, Any], call_ids: frozenset[str], depth: int) -> int:
+        total = 0
+        for key in ("title", "context"):
+            if isinstance(block.get(key), str):
+                total += self.count_text(block[key])
+        text = block.get("text")
+        if isinstance(text, str) and not _looks_binary(text):
+            return total + self.count_text(text)
+        source = block.get("source")
+        if isinstance(source, dict):
+            if source.get("type") == "text" and isinstance(source.get("data"), str):
+                return total + self.count_text(source["data"])
+            if source.get("type") == "content" and source.get("content") is not None:
+                return total + self._content_tokens(source["content"], call_ids, depth)
+        return total + FILE_BLOCK_TOKENS
+
+    def _value_tokens(self, value: Any, depth: int) -> int:
+        """Tokens of the text inside an unknown structure: strings (not binary-looking), numbers; ids skipped."""
+        if depth > _MAX_DEPTH or value is None or isinstance(value, bool):
+            return 0
+        if isinstance(value, str):
+            return 0 if _looks_binary(value) else self.count_text(value)
+        if isinstance(value, (int, float)):
+            return self.count_text(str(value))
+        if isinstance(value, dict):
+            btype = value.get("type")
+            total = 0
+            if isinstance(btype, str) and btype in _KNOWN_BLOCKS:
+                return self._block_tokens(value, frozenset(), depth + 1)
+            for key, item in value.items():
+                if isinstance(key, str) and key in _SKIPPED_KEYS:
+                    continue
+                total += self._value_tokens(item, depth + 1)
+            return total
+        if isinstance(value, (list, tuple)):
+            return sum(self._value_tokens(item, depth + 1) for item in value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return 0
+        try:
+            return self.count_text(str(value))
+        except Exception:  # noqa: BLE001
+            return 0
+
+    # -- tool schemas -------------------------------------------------------------------------------------------
+
+    def _function_schema_tokens(self, tool: Any, costs: _ToolSchemaCosts) -> int:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            return costs.func_init + self.count_text(_compact_json(tool))
+        total = costs.func_init
+        description = function.get("description") or ""
+        if not isinstance(description, str):
+            description = _compact_json(description)
+        description = description.removesuffix(".")
+        total += self.count_text(f"{function.get('name', '')}:{description}")
+        parameters = function.get("parameters")
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        if isinstance(properties, dict) and properties:
+            total += costs.prop_init
+            for key, schema in properties.items():
+                total += costs.prop_key
+                if not isinstance(schema, dict):
+                    total += self.count_text(f"{key}:{_compact_json(schema)}")
+                    continue
+                p_type = schema.get("type", "")
+                if not isinstance(p_type, str):
+                    p_type = _compact_json(p_type)
+                p_desc = schema.get("description") or ""
+                if not isinstance(p_desc, str):
+                    p_desc = _compact_json(p_desc)
+                enum = schema.get("enum")
+                if isinstance(enum, (list, tuple)):
+                    total += costs.enum_init
+                    for item in enum:
+                        total += costs.enum_item + self.count_text(item if isinstance(item, str) else
+                                                                   _compact_json(item))
+                p_desc = p_desc.removesuffix(".")
+                total += self.count_text(f"{key}:{p_type}:{p_desc}")
+                extra = {k: v for k, v in schema.items() if k not in ("type", "description", "enum", "title")}
+                if extra:
+                    total += self.count_text(_compact_json(extra))
+        return total
+
+
+class TiktokenCounter(StructuredCounter):
+    """Exact counter: tiktoken, the tokenizer OpenAI bills with, plus the cookbook's message overheads.
+
+    Counts are exact for plain-text OpenAI chat messages (the cookbook's formula reproduces the API's
+    ``prompt_tokens``); tool calls, images and files follow documented estimates (see the module constants).
+    For non-OpenAI models the encoding is ``o200k_base``, an approximation.
+
+    Args:
+        model_name: chooses the encoding via :func:`encoding_name_for_model` (ignored if ``encoding_name`` given).
+        encoding_name: a tiktoken encoding name, e.g. ``"o200k_base"``.
+        cache_size: maximum number of cached per-message counts (entries; 0 disables the cache).
+
+    Raises:
+        EncodingUnavailableError: the encoding can be neither downloaded nor loaded offline (see ``_offline``).
+        ValueError: unknown ``encoding_name`` or a negative ``cache_size``.
+    """
+
+    def __init__(self, model_name: str | None = None, *, encoding_name: str | None = None,
+                 cache_size: int = 100_000) -> None:
+        super().__init__(cache_size=cache_size)
+        self.model_name = model_name
+        self.encoding_name = encoding_name or encoding_name_for_model(model_name)
+        self.encoding = ensure_encoding(self.encoding_name)
+        self.name = f"tiktoken:{self.encoding_name}"
+        self.reply_overhead = REPLY_PRIMING_TOKENS
+        self._tool_costs = _TOOL_COSTS_CL100K if self.encoding_name == "cl100k_base" else _TOOL_COSTS_O200K
+        self._encode = self.encoding.encode_ordinary
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` under the encoding; special-token strings such as ``<|endoftext|>`` count as
+        ordinary text (as the API treats user content)."""
+        if not text:
+            return 0
+        return len(self._encode(text))
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter(model_name={self.model_name!r}, encoding_name={self.encoding_name!r})"
+
+
+class ApproximateCounter(StructuredCounter):
+    """Approximate counter: ``ceil(len(text) / chars_per_token)`` per piece of text, same structure and overheads
+    as :class:`TiktokenCounter` (message overheads, tool-call dedup, bounded images and files, reply priming).
+
+    No tokenizer is needed.  English prose is about 4 characters per token with OpenAI's encodings; code, JSON and
+    non-Latin scripts have fewer characters per token, so this undercounts them.
+
+    Args:
+        chars_per_token: characters per token (> 0).
+        cache_size: maximum number of cached per-message counts (entries; 0 disables the cache).
+
+    Raises:
+        ValueError: ``chars_per_token`` is not a positive number, or ``cache_size`` is negative.
+    """
+
+    def __init__(self, *, chars_per_token: float = 4.0, cache_size: int = 100_000) -> None:
+        if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)) or not (
+            chars_per_token > 0 and math.isfinite(chars_per_token)
+        ):
+            raise ValueError(f"chars_per_token must be a positive number, got {chars_per_token!r}")
+        super().__init__(cache_size=cache_size)
+        self.chars_per_token = float(chars_per_token)
+        self.name = "approximate"
+        self.reply_overhead = REPLY_PRIMING_TOKENS
+
+    def count_text(self, text: str) -> int:
+        """``ceil(len(text) / chars_per_token)`` tokens (characters are Python ``str`` code points)."""
+        if not text:
+            return 0
+        return math.ceil(len(text) / self.chars_per_token)
+
+    def __repr__(self) -> str:
+        return f"ApproximateCounter(chars_per_token={self.chars_per_token})"
+
+
+class MessageCounter:
+    """Counts messages, not tokens: every message costs 1, like LangChain's ``token_counter=len``.
+
+    ``count_text`` and ``count_tools`` return 0, and ``reply_overhead`` is 0, so ``count_messages`` is
+    ``len(messages)`` (a ``RemoveMessage`` still costs 1 here, as it does with ``len``).
+    """
+
+    name: str = "messages"
+    reply_overhead: int = 0
+
+    def count_message(self, message: BaseMessage) -> int:
+        """1."""
+        return 1
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """``len(messages)``."""
+        return len(messages)
+
+    def count_text(self, text: str) -> int:
+        """0: text has no message count."""
+        return 0
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """0: tool schemas are not messages."""
+        return 0
+
+    def __repr__(self) -> str:
+        return "MessageCounter()"
+
+
+class CallableCounter:
+    """Wraps a LangChain-style ``token_counter: Callable[[list[BaseMessage]], int]``.
+
+    A message costs ``fn([message])`` (cached like the other counters: an edited message is recounted);
+    ``count_messages`` is the sum of those, ``reply_overhead`` is 0.  ``count_text(text)`` is
+    ``fn([HumanMessage(text)]) - fn([HumanMessage("")])`` (at least 0).  ``count_tools`` returns 0: a message
+    counter cannot price tool schemas -- pass their cost as ``extra_tokens``.
+
+    Args:
+        fn: the callable; it must return an int (or a float, which is rounded up) number of tokens.
+        cache_size: maximum number of cached per-message counts (entries; 0 disables the cache).
+
+    Raises:
+        TypeError: ``fn`` is not callable (at construction) or returns something that is not a number (when
+            counting).
+    """
+
+    reply_overhead: int = 0
+
+    def __init__(self, fn: Callable[[list[BaseMessage]], int], *, cache_size: int = 100_000) -> None:
+        if not callable(fn):
+            raise TypeError(f"CallableCounter needs a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = f"callable:{getattr(fn, '__qualname__', None) or type(fn).__name__}"
+        self._cache = _MessageCache(cache_size)
+
+    def _call(self, messages: list[BaseMessage]) -> int:
+        result = self.fn(messages)
+        if isinstance(result, bool) or not isinstance(result, (int, float)):
+            raise TypeError(f"token_counter {self.name} returned {type(result).__name__}, expected an int")
+        return math.ceil(result)
+
+    def count_message(self, message: BaseMessage) -> int:
+        """``fn([message])`` tokens, cached.
+
+        Raises:
+            TypeError: ``message`` is not a ``BaseMessage`` or ``fn`` does not return a number.
+        """
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"count_message expects a langchain BaseMessage, got {type(message).__name__}")
+        return self._cache.lookup(message, lambda m: self._call([m]))
+
+    def count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """``sum(count_message(m))`` tokens (``reply_overhead`` is 0)."""
+        return sum(self.count_message(m) for m in messages)
+
+    def count_text(self, text: str) -> int:
+        """Tokens ``fn`` gives a user message holding ``text``, minus those of an empty one (not cached)."""
+        if not text:
+            return 0
+        return max(0, self._call([HumanMessage(content=text)]) - self._call([HumanMessage(content="")]))
+
+    def count_tools(self, tools: Sequence[Any]) -> int:
+        """0 (unknown): pass tool-schema tokens as ``extra_tokens`` instead."""
+        return 0
+
+    def cache_info(self) -> dict[str, int]:
+        """``{"hits", "misses", "size", "maxsize"}`` of the per-message cache."""
+        return self._cache.info()
+
+    def clear_cache(self) -> None:
+        """Empty the per-message cache and reset its counters."""
+        self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"CallableCounter({self.fn!r})"
+
+
+_EXACT_SPECS = frozenset({"exact", "tiktoken"})
+_APPROX_SPECS = frozenset({"approximate", "approx"})
+
+
+def resolve_token_counter(spec: Any, *, model_name: str | None = None) -> TokenCounter:
+    """Turn a ``token_counter`` setting into a :class:`TokenCounter`.
+
+    * ``None``, ``"exact"``, ``"tiktoken"`` -> ``TiktokenCounter(model_name)``
+    * ``"approximate"``, ``"approx"`` -> ``ApproximateCounter()``
+    * ``"messages"`` or the builtin ``len`` -> ``MessageCounter()``
+    * an object that satisfies :class:`TokenCounter` -> itself
+    * any other callable (not a class) -> ``CallableCounter(spec)``
+
+    Strings are matched case-insensitively, ignoring surrounding spaces.
+
+    Raises:
+        ValueError: anything else (the message names ``token_counter`` and the accepted values).
+        EncodingUnavailableError: the exact counter's encoding cannot be loaded.
+    """
+    if spec is None:
+        return TiktokenCounter(model_name)
+    if isinstance(spec, str):
+        key = spec.strip().lower()
+        if key in _EXACT_SPECS:
+            return TiktokenCounter(model_name)
+        if key in _APPROX_SPECS:
+            return ApproximateCounter()
+        if key == "messages":
+            return MessageCounter()
+        raise ValueError(
+            f"token_counter={spec!r} is not valid: use 'exact' (or 'tiktoken'), 'approximate' (or 'approx'), "
+            "'messages', a TokenCounter instance, or a callable taking a list of messages and returning an int"
+        )
+    if isinstance(spec, TokenCounter) and not isinstance(spec, type):
+        return spec
+    if spec is len:
+        return MessageCounter()
+    if callable(spec) and not isinstance(spec, type):
+        return CallableCounter(spec)
+    raise ValueError(
+        f"token_counter must be 'exact', 'approximate', 'messages', a TokenCounter instance or a callable taking "
+        f"a list of messages, got {type(spec).__name__}: {spec!r}"
+    )
