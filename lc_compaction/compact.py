@@ -11,8 +11,9 @@ The ladder, in order:
    pins and the `keep` part protected.
 4. **Hard pass**: if the history is still over the budget (`max_input_tokens - reserve`), the strategies
    run again toward the budget with the protected part shrunk to the pins and the most recent step.
-5. **Last resort**: if it is still over the budget, the largest unpinned-by-system message is cut in place
-   (same id, a marked cut) until it fits. If even that cannot make it fit, `fits` is False and
+5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
+   it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
+   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit, `fits` is False and
    `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
 """
@@ -35,6 +36,7 @@ from lc_compaction.structure import (
     check_invariants,
     ensure_ids,
     normalize_system_messages,
+    is_request,
     repair_history,
     split_steps,
 )
@@ -267,13 +269,23 @@ class _Run:
         assert st is not None
         if self.budget is None:
             return
+        # cutting only helps when it can make the history fit: the system prompt is never cut and a cut
+        # message still costs its marker. When it cannot, nothing is cut (the result reports the overflow).
+        floor = st.fixed_tokens + sum(
+            sl.tokens if isinstance(sl.message, SystemMessage) or sl.tokens <= 50
+            else self.counter.count_message(self._cut(sl.message, "", 0)) for sl in st.slots)
+        if floor > self.budget:
+            return
         tried: set[int] = set()
+        requests = [i for i, sl in enumerate(st.slots) if is_request(sl.message)]
+        latest = requests[-1] if requests else -1
         while st.total() > self.budget:
             candidates = [i for i, s in enumerate(st.slots)
                           if i not in tried and not isinstance(s.message, SystemMessage) and s.tokens > 50]
             if not candidates:
                 return
-            i = max(candidates, key=lambda k: st.slots[k].tokens)
+            # unpinned messages first, then pinned ones, the latest request last; the largest first in each
+            i = min(candidates, key=lambda k: (k == latest, st.slots[k].pinned, -st.slots[k].tokens))
             tried.add(i)
             slot = st.slots[i]
             excess = st.total() - self.budget
