@@ -18,6 +18,16 @@ from lc_compaction.structure import (
     check_invariants,
     repair_history,
 )
+from lc_compaction.replay import (
+    CallRecord,
+    ConversationReplay,
+    ReplayReport,
+    areplay_conversation,
+    replay_conversation,
+    replay_files,
+)
+from lc_compaction.traces import Trace, TraceFormatError, bundled_traces, load_traces
+from lc_compaction._offline import EncodingUnavailableError
 from lc_compaction.tokens import (
     ApproximateCounter,
     MessageCounter,
@@ -27,6 +37,17 @@ from lc_compaction.tokens import (
 )
 
 __all__ = [
+    "CallRecord",
+    "ConversationReplay",
+    "EncodingUnavailableError",
+    "ReplayReport",
+    "Trace",
+    "TraceFormatError",
+    "areplay_conversation",
+    "bundled_traces",
+    "load_traces",
+    "replay_conversation",
+    "replay_files",
     "Action",
     "ApproximateCounter",
     "CompactionInvariantError",

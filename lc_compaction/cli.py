@@ -80,7 +80,8 @@ def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--keep", type=SizeType(("turns", "messages", "tokens", "fraction")),
                      help="Recent part kept verbatim: turns=N, messages=N, tokens=N, fraction=F. [default: turns=2]"),
         click.option("--target", type=SizeType(("tokens", "fraction", "messages")),
-                     help="Size to compact down to (below the trigger). [default: 60% of the window]"),
+                     help="Size to compact down to (below the trigger). [default: 60% of the window, or 3/4 of a "
+                          "lower trigger]"),
         click.option("--reserve", type=click.IntRange(min=0),
                      help="Tokens left for the reply. [default: min(4096, window // 10)]"),
         click.option("--token-counter", type=click.Choice(["exact", "approximate"]), default="exact",
@@ -117,7 +118,7 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ replay
-@main.command()
+@main.command(short_help="Replay recorded conversations through compaction and report the figures.")
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_policy_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (totals, policy, per file).")
@@ -157,7 +158,7 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
         raise click.UsageError("--plot needs matplotlib: pip install 'lc-compaction[plot]'") from None
     from lc_compaction.report import plot_context
 
-    triggers = policy._token_thresholds()  # noqa: SLF001 - the trigger's token thresholds (tokens)
+    triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens)
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.subplots()
     plot_context({c.id: c for c in report.conversations}, window=policy.max_input_tokens,
@@ -195,7 +196,7 @@ def _table(data: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- compact
-@main.command("compact")
+@main.command("compact", short_help="Compact one message list (JSON) and print the result.")
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
 @_policy_options
 @click.option("--output-format", type=click.Choice(["auto", "openai", "langchain"]), default="auto",

@@ -167,6 +167,10 @@ class CompactionPolicy:
             clauses.append(clause)
         return clauses
 
+    def trigger_tokens(self) -> list[float]:
+        """The token thresholds of the trigger (tokens, and fractions times the window), in tokens."""
+        return self._token_thresholds()
+
     def _token_thresholds(self) -> list[float]:
         out = []
         for c in self.trigger_clauses:

@@ -26,8 +26,8 @@ from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import check_invariants, is_request
 from lc_compaction.traces import Trace, load_traces
 
-__all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayReport", "areplay_conversation",
-           "areplay_files", "percentile", "replay_conversation", "replay_files", "summarize_calls"]
+__all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayError", "ReplayReport", "areplay_conversation",
+           "areplay_files", "percentile", "policy_dict", "replay_conversation", "replay_files", "summarize_calls"]
 
 CompactFn = Callable[[list[BaseMessage], CompactionPolicy], CompactionResult]
 ACompactFn = Callable[[list[BaseMessage], CompactionPolicy], Awaitable[CompactionResult]]
@@ -307,6 +307,7 @@ class FileReplay:
 
     @property
     def calls(self) -> list[CallRecord]:
+        """Every call of every conversation of the file, in order."""
         return [c for conv in self.conversations for c in conv.calls]
 
 
@@ -324,10 +325,12 @@ class ReplayReport:
 
     @property
     def conversations(self) -> list[ConversationReplay]:
+        """Every conversation of every file, in order."""
         return [c for f in self.files for c in f.conversations]
 
     @property
     def calls(self) -> list[CallRecord]:
+        """Every call of every conversation, in order."""
         return [c for f in self.files for c in f.calls]
 
     def _summary(self, calls: Sequence[CallRecord], conversations: int) -> dict[str, Any]:

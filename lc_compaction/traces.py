@@ -71,6 +71,7 @@ class Trace:
         line: its 1-based line number in that file.
         source: where the data comes from ("owner/repo:path"), if the line says.
         license: the data's license, if the line says.
+        extra: the line's other top-level keys, as they were.
     """
 
     id: str
@@ -174,8 +175,9 @@ def _path(loc: Iterable[Any]) -> str:
 def _first_problem(exc: ValidationError) -> tuple[str | None, str]:
     """(field path, problem) of the first error pydantic found, in words."""
     errors = exc.errors(include_url=False)
-    err = errors[0]
-    loc = [p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int")))]
+    # drop pydantic's union-member tags ("str", "int", "list[...]") from locations: they are not fields
+    locs = [[p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int")))] for e in errors]
+    err, loc = errors[0], locs[0]
     field_path = _path(loc) or None
     kind, value = err["type"], err.get("input")
     if kind == "missing":
@@ -191,8 +193,9 @@ def _first_problem(exc: ValidationError) -> tuple[str | None, str]:
             field_path = (field_path or "") + sub
     else:
         problem = err["msg"]
-    if len(errors) > 1:
-        problem += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''} in this line)"
+    more = len({tuple(x) for x in locs[1:]} - {tuple(loc)})
+    if more:
+        problem += f" (and {more} more problem{'s' if more > 1 else ''} in this line)"
     return field_path, problem
 
 

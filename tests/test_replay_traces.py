@@ -1,0 +1,253 @@
+"""Every recorded conversation of ../shared/traces replayed through compaction (issue 2's requirement).
+
+At windows of 4,000 and 16,000 tokens with the default policy (exact counter), for every conversation and every
+model call:
+- the sent history passes the oracle's independent structural checks (tests/oracle: tool pairing, provider
+  order, system prompt kept, ids) and the core's own `check_invariants` finds nothing;
+- the conversation's first user request and its latest one are sent unchanged;
+- no call is over the window, unless what compaction may not remove (system prompt, first and latest request,
+  the most recent tool step) alone exceeds it, and then the result says so (fits False, "pinned_over_budget");
+- tokens sent with compaction are never above tokens sent without (per call and in total), and strictly below
+  in total on every conversation whose uncompacted input ever exceeds the window.
+The replay semantics themselves are checked too: each call's input is the previous call's compacted output
+followed by the recorded messages since, and the "uncompacted" figure is the plain recording before the call.
+
+The conversations come from the oracle's loader (not lc_compaction.traces), so loader and replay are checked
+independently. One test per (conversation, window): parallel with xdist; counting is cached per window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from lc_compaction import CompactionPolicy, compact
+from lc_compaction.replay import (
+    CallRecord,
+    ReplayError,
+    areplay_conversation,
+    percentile,
+    replay_conversation,
+    summarize_calls,
+)
+from tests.oracle import CheckContext, check, check_all_structural, load_traces, trace_files
+from tests.oracle.checks import same_message
+
+WINDOWS = (4_000, 16_000)
+
+
+@functools.cache
+def _traces() -> dict[str, list[BaseMessage]]:
+    return dict(load_traces())
+
+
+@functools.cache
+def _policy(window: int) -> CompactionPolicy:
+    """One policy (so one counter and its cache) per window and test process."""
+    return CompactionPolicy(max_input_tokens=window)
+
+
+def _ids() -> list[str]:
+    return list(_traces())
+
+
+def test_all_shared_traces_are_here():
+    """The sweep below covers the whole shared collection (110 conversations in two files)."""
+    assert [p.name for p in trace_files()] == ["agentdojo.jsonl", "tau_bench_airline.jsonl"]
+    assert len(_traces()) == 110
+
+
+def _first_request(recording: list[BaseMessage]) -> BaseMessage:
+    return next(m for m in recording if isinstance(m, HumanMessage))
+
+
+def _unremovable_upper_bound(history: list[BaseMessage], policy: CompactionPolicy) -> int:
+    """Tokens of what compaction may keep whole in its hard pass: the leading system messages, the first and the
+    latest user request, and the most recent step (the last tool block and the assistant messages right before
+    it, or the trailing assistant messages), plus the reply priming. Generous on purpose: when a call is over
+    the window, this must be over the window too, else something removable was left in."""
+    counter = policy.counter
+    keep: set[int] = set()
+    for i, m in enumerate(history):
+        if not isinstance(m, SystemMessage):
+            break
+        keep.add(i)
+    humans = [i for i, m in enumerate(history) if isinstance(m, HumanMessage)]
+    keep.update(humans[:1] + humans[-1:])
+    j = len(history) - 1
+    while j >= 0 and isinstance(history[j], ToolMessage):
+        keep.add(j)
+        j -= 1
+    while j >= 0 and isinstance(history[j], AIMessage):
+        keep.add(j)
+        j -= 1
+    return sum(counter.count_message(history[i]) for i in keep) + counter.reply_overhead
+
+
+def _replay_and_check(conv_id: str, window: int, *, latest_verbatim: bool = True
+                      ) -> tuple[list[CallRecord], list[BaseMessage]]:
+    recording = _traces()[conv_id]
+    policy = _policy(window)
+    counter = policy.counter
+    first = _first_request(recording)
+    seen: list[tuple[CallRecord, list[BaseMessage], list[BaseMessage]]] = []
+
+    def on_call(record, history_in, result):
+        sent = list(result.messages)
+        where = f"{conv_id} at {window} tokens, call {record.index}"
+        check_all_structural(history_in, sent)
+        if latest_verbatim:
+            check("keeps_latest_human_verbatim", CheckContext(input=list(history_in), output=sent))
+            assert any(same_message(first, m) for m in sent), f"{where}: the first user request was not sent"
+            assert record.first_request_present, where
+        assert record.violations == [], f"{where}: {record.violations}"
+        assert record.tokens_sent == counter.count_messages(sent), where
+        seen.append((record, history_in, sent))
+
+    replay = replay_conversation(recording, policy, conversation_id=conv_id, on_call=on_call)
+
+    # one call per recorded assistant message, in order
+    ai_at = [i for i, m in enumerate(recording) if isinstance(m, AIMessage)]
+    assert [c.message_index for c in replay.calls] == ai_at
+    assert len(seen) == len(ai_at)
+    previous_sent: list[BaseMessage] = []
+    previous_end = 0
+    for record, history_in, sent in seen:
+        where = f"{conv_id} at {window} tokens, call {record.index}"
+        # the compacted history replaced the history; the recording since the last call was appended
+        expected_in = previous_sent + recording[previous_end:record.message_index]
+        assert [m.id for m in history_in] == [m.id for m in expected_in], where
+        assert all(a is b for a, b in zip(history_in, expected_in)), where
+        previous_sent, previous_end = sent, record.message_index
+        # "without compaction" is the plain recording before this assistant message
+        assert record.tokens_uncompacted == counter.count_messages(recording[:record.message_index]), where
+        assert record.tokens_sent <= record.tokens_uncompacted, where
+        if record.tokens_sent > window:
+            assert not record.fits and record.stop_reason == "pinned_over_budget", (
+                f"{where}: {record.tokens_sent} tokens sent, over the window, but the result says "
+                f"fits={record.fits}, stop_reason={record.stop_reason!r}")
+            bound = _unremovable_upper_bound(history_in, policy)
+            assert bound > window, (f"{where}: {record.tokens_sent} tokens sent, over the window, though the "
+                                    f"unremovable part is only {bound} tokens")
+    return replay.calls, recording
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("conv_id", _ids())
+def test_replay_real_conversation(conv_id: str, window: int):
+    calls, _ = _replay_and_check(conv_id, window)
+    over = [c for c in calls if c.tokens_sent > window]
+    assert over == [], f"{len(over)} calls over the window (see the checks above for why they are allowed)"
+    sent = sum(c.tokens_sent for c in calls)
+    uncompacted = sum(c.tokens_uncompacted for c in calls)
+    assert sent <= uncompacted
+    if max(c.tokens_uncompacted for c in calls) > window:
+        assert sent < uncompacted, "a conversation longer than the window must cost fewer tokens with compaction"
+
+
+TAU_IDS = [i for i in _ids() if i.startswith("tau-bench/")][:3]
+
+
+@pytest.mark.parametrize("conv_id", TAU_IDS)
+def test_pinned_part_over_the_window_is_reported(conv_id: str):
+    """At 1,200 tokens the tau-bench system prompt alone (about 1,250 tokens) is over the window: every call is
+    over it, and every result says so; nothing else is sent beyond what may not be removed. (Whether the
+    requests survive such a hopeless window is the next test's matter.)"""
+    window = 1_200
+    policy = _policy(window)
+    system = _traces()[conv_id][0]
+    assert isinstance(system, SystemMessage) and policy.counter.count_message(system) > window
+    calls, _ = _replay_and_check(conv_id, window, latest_verbatim=False)
+    assert calls and all(c.tokens_sent > window for c in calls)
+    assert all(not c.fits and c.stop_reason == "pinned_over_budget" for c in calls)
+
+
+def test_hopeless_window_still_sends_the_latest_request():
+    """When even the system prompt alone is over the budget, cutting the other messages cannot make the history
+    fit; the latest user request (a pin) must still be sent as it is, not replaced by a cut marker (an earlier
+    last resort cut every message over 50 tokens to a bare marker, and still did not fit)."""
+    conv_id = TAU_IDS[0]
+    recording = _traces()[conv_id]
+    history = recording[:6]  # system prompt (about 1,250 tokens), 3 user turns, the last one about 55 tokens
+    assert isinstance(history[-1], HumanMessage)
+    result = compact(history, _policy(1_200))
+    assert result.stop_reason == "pinned_over_budget" and not result.fits
+    check("keeps_latest_human_verbatim", CheckContext(input=list(history), output=list(result.messages)))
+
+
+def test_async_replay_gives_the_same_records():
+    """areplay_conversation (acompact) and replay_conversation (compact) agree call by call (times aside)."""
+    policy = _policy(4_000)
+    for conv_id in [TAU_IDS[0], "agentdojo/claude-3-sonnet-20240229/workspace/user_task_27"]:
+        recording = _traces()[conv_id]
+        sync = replay_conversation(recording, policy, conversation_id=conv_id)
+        asyn = asyncio.run(areplay_conversation(recording, policy, conversation_id=conv_id))
+
+        def strip(c: CallRecord) -> dict:
+            d = c.to_dict()
+            d.pop("compaction_ms")
+            return d
+
+        assert [strip(c) for c in sync.calls] == [strip(c) for c in asyn.calls]
+        assert any(c.compacted for c in sync.calls)
+        assert [m.id for m in sync.messages] == [m.id for m in asyn.messages]
+
+
+def test_compaction_error_names_conversation_and_call():
+    recording = _traces()[_ids()[0]]
+
+    def broken(messages, policy):
+        if sum(isinstance(m, AIMessage) for m in messages) >= 2:
+            raise RuntimeError("boom")
+        return compact(messages, policy)
+
+    with pytest.raises(ReplayError, match=r"conversation 'x', model call 2 .*RuntimeError: boom") as info:
+        replay_conversation(recording, _policy(4_000), conversation_id="x", compact_fn=broken)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_messages_without_ids_get_stable_ids_and_are_not_mutated():
+    recording = [m.model_copy(update={"id": None}) for m in _traces()[_ids()[0]]]
+    replay = replay_conversation(recording, _policy(4_000), conversation_id="c")
+    assert all(m.id is None for m in recording)
+    assert all(c.first_request_present for c in replay.calls)
+    assert replay.messages[0].id == "c:0"
+
+
+def test_summary_figures_add_up():
+    """summarize_calls over hand-made records: sums, peaks, over-window and budget counts, percentiles."""
+    def rec(i, unc, sent, ms, fits=True, violations=()):
+        return CallRecord(index=i, message_index=i, tokens_uncompacted=unc, tokens_before=unc, tokens_sent=sent,
+                          messages_uncompacted=i, messages_before=i, messages_sent=i, compaction_ms=ms,
+                          compacted=sent < unc, triggered=sent < unc, stop_reason="x", fits=fits,
+                          violations=list(violations))
+
+    calls = [rec(0, 100, 100, 1.0), rec(1, 900, 500, 3.0), rec(2, 1500, 1200, 2.0, fits=False, violations=["v"])]
+    s = summarize_calls(calls, max_input_tokens=1000, budget_tokens=450, conversations=1)
+    assert s["model_calls"] == 3 and s["compactions"] == 2
+    assert s["tokens_sent_uncompacted"] == 2500 and s["tokens_sent"] == 1800 and s["tokens_saved"] == 700
+    assert s["tokens_saved_fraction"] == 0.28
+    assert s["peak_input_tokens"] == 1200 and s["peak_input_tokens_uncompacted"] == 1500
+    assert s["over_window_calls"] == 1 and s["over_budget_calls"] == 2 and s["not_fitting_calls"] == 1
+    assert s["invariant_violations"] == 1
+    assert s["compaction_ms_median"] == 2.0 and s["compaction_ms_max"] == 3.0
+    assert s["compaction_ms_p95"] == pytest.approx(2.9)
+    empty = summarize_calls([], max_input_tokens=None)
+    assert empty["model_calls"] == 0 and empty["compaction_ms_median"] is None and empty["over_window_calls"] == 0
+
+
+@pytest.mark.parametrize("q", [0, 5, 50, 95, 99.5, 100])
+def test_percentile_matches_numpy_linear(q):
+    np = pytest.importorskip("numpy")
+    data = [5.0, 1.0, 9.5, 3.25, 7.0, 7.0, 0.5]
+    assert percentile(data, q) == pytest.approx(float(np.percentile(data, q)))
+    assert percentile([4.0], q) == 4.0
+    assert percentile([], q) is None
+
+
+def test_percentile_rejects_out_of_range():
+    with pytest.raises(ValueError, match="q: a percentile is between 0 and 100"):
+        percentile([1.0], 101)
