@@ -70,6 +70,12 @@ def is_pinned_mark(message: BaseMessage) -> bool:
     return bool(_mark(message, "additional_kwargs").get("pinned"))
 
 
+def is_converted_system(message: BaseMessage) -> bool:
+    """True for a mid-history SystemMessage that the ladder sent as a HumanMessage (not a summary)."""
+    mark = _mark(message, "additional_kwargs")
+    return mark.get("converted_from") == "system" and mark.get("kind") != "summary"
+
+
 def pin_message(message: BaseMessage) -> BaseMessage:
     """Return a copy of `message` marked as pinned: no strategy removes, truncates or summarizes it.
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import BaseMessage
 
-from lc_compaction.markers import is_pinned_mark
+from lc_compaction.markers import is_converted_system, is_pinned_mark
 from lc_compaction.structure import is_request
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
@@ -266,8 +266,9 @@ class CompactionPolicy:
         return i
 
     def is_pinned_by_caller(self, message: BaseMessage) -> bool:
-        """True when the caller pinned the message (the `pin` setting or `pin_message`)."""
-        if is_pinned_mark(message):
+        """True when the caller pinned the message (the `pin` setting or `pin_message`), or when it is a
+        mid-history SystemMessage sent as a HumanMessage (an instruction: it is kept like the system prompt)."""
+        if is_pinned_mark(message) or is_converted_system(message):
             return True
         if self.pin is None:
             return False

@@ -224,3 +224,35 @@ def test_tally_counts_only_new_messages():
     stale = CountTally(len(msgs), "not-there", msgs[0].id, 1, first.tally.counter)
     assert compact(grown, counter_policy, tally=stale).tokens_before == second.tokens_before
     assert CountTally.from_dict({"bad": 1}) is None
+
+
+def test_active_turn_keeps_its_leading_thinking_block():
+    """Anthropic requires the first assistant message after the last user turn to start with its thinking
+    block while a tool loop is active: that step is pinned, whatever else must go."""
+    from tests.oracle.checks import CheckContext, check
+
+    think = AIMessage(
+        content=[{"type": "thinking", "thinking": "plan the steps", "signature": "sig"},
+                 {"type": "tool_use", "id": "k0", "name": "read", "input": {"p": 0}}],
+        id="think", tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
+    msgs = history(3, 2000) + [HumanMessage("now do it", id="hn"), think,
+                               ToolMessage("z" * 6000, tool_call_id="k0", id="tk0", name="read")]
+    for n in range(1, 6):
+        msgs += [AIMessage("", id=f"ak{n}", tool_calls=[{"name": "read", "args": {"p": n}, "id": f"k{n}", "type": "tool_call"}]),
+                 ToolMessage("z" * 6000, tool_call_id=f"k{n}", id=f"tk{n}", name="read")]
+    policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate", keep=("messages", 2),
+                              strategies=[DropOldExchanges()])
+    result = compact(msgs, policy)
+    assert "think" in [m.id for m in result.messages]
+    check("thinking_leads_active_turn", CheckContext(input=msgs, output=result.messages))
+    assert check_invariants(result.messages) == []
+
+
+def test_mid_history_system_message_is_sent_as_human_and_reported():
+    msgs = [SystemMessage("rules", id="s"), HumanMessage("q " * 800, id="h1"), AIMessage("a", id="a1"),
+            SystemMessage("note: the user is VIP", id="mid"), HumanMessage("q2", id="h2")]
+    result = compact(msgs, CompactionPolicy(max_input_tokens=300, reserve=0, token_counter="approximate"))
+    mid = next(m for m in result.messages if m.id == "mid")
+    assert isinstance(mid, HumanMessage) and mid.content == "note: the user is VIP"
+    assert [r.kind for r in result.repairs] == ["system_message_converted"]
+    assert result.messages[0].id == "s" and check_invariants(result.messages) == []
