@@ -18,7 +18,9 @@ every read, and an LLM summarizer is called once per compaction, not once per tu
 Reads are cached and incremental: the wrapper remembers the view, the number of inner messages it covers and
 the id of the last one. Reading again with no add in between returns the same list (RunnableWithMessageHistory
 reads the history when a run starts and again when it ends, and slices the run's input by that length); a read
-after k new messages folds only those k (k tokenizations; the policy's counter caches the rest).
+after k new messages folds only those k: k tokenizations (the policy's counter caches the rest) and k calls of
+`compact` over the view. The first read in a new process folds the whole stored history once (measured: about
+0.4 s for 1,000 tau-bench messages and a 16k window).
 
 An open tool call at the end of the history (an AIMessage whose ToolMessages have not all been added yet: the
 chain returned tool calls, and the caller will send the results as the next input) is left out of compaction
@@ -28,7 +30,9 @@ Persistence. By default nothing is written: the inner history keeps every messag
 `persist=True`, a read that changed the view writes it back through the inner history's public API
 (`clear()` then `add_messages(view)`), so SQL and file histories really shrink, and first adds to `archive`
 every stored message the write-back no longer holds unchanged (removed, summarized, and the original form of a
-truncated or cut message), so nothing is lost.
+truncated or cut message), so nothing is lost. The rewrite is skipped when the inner history changed since it
+was read (another process wrote to it); `clear()` + `add_messages()` is not atomic across processes, so use
+one writer process per session with `persist=True`.
 
 The core never imports this module. `BaseChatMessageHistory` and `RunnableWithMessageHistory` are deprecated in
 langchain-core (since 1.6.4 and 1.3.3, removal in 2.0); subclassing emits no warning, and the one deprecated
@@ -176,7 +180,18 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
     # ------------------------------------------------------------------ reading
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The compacted view (a new list; the messages are shared with the cache: do not mutate them)."""
+        """The compacted view: a new list each call, equal to the previous one when nothing was added; its
+        messages are shared with the wrapper's cache (do not mutate them).
+
+        Reads the inner history once (plus once more before a write-back), folds the messages added since the
+        last read, and with `persist` writes a changed view back.
+
+        Raises:
+            InvalidHistoryError: a compaction met a stored history that breaks a pairing or order rule (the
+                violations name the index in the inner history).
+            Whatever the inner history or a strategy raises (after a failed write-back, the inner history's
+                messages are put back first).
+        """
         with self._lock:
             raw = list(self.inner.messages)
             plan = self._plan(raw)
