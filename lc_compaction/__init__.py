@@ -36,7 +36,33 @@ from lc_compaction.tokens import (
     resolve_token_counter,
 )
 
+_LAZY = {
+    # front doors, imported on first use (the core needs neither LangGraph nor LangChain's agents)
+    "CompactionNode": "lc_compaction.integrations.langgraph",
+    "CompactionState": "lc_compaction.integrations.langgraph",
+    "compaction_hook": "lc_compaction.integrations.langgraph",
+    "CompactionMiddleware": "lc_compaction.integrations.middleware",
+    "CompactingChatMessageHistory": "lc_compaction.integrations.chat_history",
+    "Summarize": "lc_compaction.strategies.summarize",
+}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes (PEP 562)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lc_compaction' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
+    "CompactingChatMessageHistory",
+    "CompactionMiddleware",
+    "CompactionNode",
+    "CompactionState",
+    "Summarize",
+    "compaction_hook",
     "CallRecord",
     "ConversationReplay",
     "EncodingUnavailableError",

@@ -4,6 +4,9 @@
   pre_model_hook=node)` or a node before the model node of a `StateGraph`.
 - `CompactionMiddleware` (`integrations/middleware.py`): `create_agent(..., middleware=[CompactionMiddleware()])`.
   Needs the `langchain` package (extra "agents"); imported on first use.
+- `CompactingChatMessageHistory` (`integrations/chat_history.py`): a `BaseChatMessageHistory` wrapper for chains
+  run with `RunnableWithMessageHistory` (both deprecated in langchain-core; prefer the doors above for new code).
+  Imported on first use.
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
 """
 
@@ -12,14 +15,18 @@ from typing import Any
 from lc_compaction.integrations.events import EVENT_NAME
 from lc_compaction.integrations.langgraph import CompactionNode, CompactionState, compaction_hook
 
-__all__ = ["EVENT_NAME", "CompactionAgentState", "CompactionMiddleware", "CompactionNode", "CompactionState",
-           "compaction_hook"]
+__all__ = ["EVENT_NAME", "CompactingChatMessageHistory", "CompactionAgentState", "CompactionMiddleware",
+           "CompactionNode", "CompactionState", "compaction_hook"]
 
 
 def __getattr__(name: str) -> Any:
-    """Import the middleware (which needs `langchain`) only when it is asked for."""
+    """Import the middleware (which needs `langchain`) and the chat-history wrapper only when asked for."""
     if name in ("CompactionMiddleware", "CompactionAgentState"):
         from lc_compaction.integrations import middleware
 
         return getattr(middleware, name)
+    if name == "CompactingChatMessageHistory":
+        from lc_compaction.integrations.chat_history import CompactingChatMessageHistory
+
+        return CompactingChatMessageHistory
     raise AttributeError(f"module 'lc_compaction.integrations' has no attribute {name!r}")

@@ -25,11 +25,7 @@ from typing import Any, Literal
 
 from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import (
-    ensure_config,
-    get_async_callback_manager_for_config,
-    get_callback_manager_for_config,
-)
+from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
 
 from lc_compaction.compact import CompactionResult
 
@@ -94,11 +90,9 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
 
 
 def _has_parent_run(config: RunnableConfig | None) -> bool:
+    """Whether `config` (or the running context when None) belongs to a run an event can be attached to: the
+    condition under which `dispatch_custom_event` does not raise."""
     return get_callback_manager_for_config(ensure_config(config)).parent_run_id is not None
-
-
-async def _ahas_parent_run(config: RunnableConfig | None) -> bool:
-    return get_async_callback_manager_for_config(ensure_config(config)).parent_run_id is not None
 
 
 def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
@@ -128,6 +122,6 @@ async def areport(result: CompactionResult, *, mode: str, door: Door, config: Ru
     level, text = log_line(result)
     logger.log(level, text)
     payload = event_payload(result, mode=mode, door=door, state_messages=state_messages)
-    if await _ahas_parent_run(config):
+    if _has_parent_run(config):
         await adispatch_custom_event(EVENT_NAME, payload, config=config)
     return payload
