@@ -9,7 +9,7 @@ from lc_compaction.compact import CompactionResult, CountTally, acompact, compac
 from lc_compaction.ladder import Action, LadderState, Strategy
 from lc_compaction.markers import is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize
-from lc_compaction.strategies import DropOldExchanges, TruncateToolResults
+from lc_compaction.strategies import DropOldExchanges, FactGuard, SummarizationError, Summarize, TruncateToolResults
 from lc_compaction.structure import (
     CompactionInvariantError,
     InvalidHistoryError,
@@ -43,7 +43,6 @@ _LAZY = {
     "compaction_hook": "lc_compaction.integrations.langgraph",
     "CompactionMiddleware": "lc_compaction.integrations.middleware",
     "CompactingChatMessageHistory": "lc_compaction.integrations.chat_history",
-    "Summarize": "lc_compaction.strategies.summarize",
 }
 
 
@@ -61,6 +60,8 @@ __all__ = [
     "CompactionMiddleware",
     "CompactionNode",
     "CompactionState",
+    "FactGuard",
+    "SummarizationError",
     "Summarize",
     "compaction_hook",
     "CallRecord",

@@ -88,19 +88,36 @@ def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="exact: tiktoken; approximate: characters / 4."),
         click.option("--model-name", default="gpt-4o", show_default=True,
                      help="Chooses the tiktoken encoding (o200k_base for gpt-4o and newer)."),
+        click.option("--strategies", default="truncate,drop", show_default=True,
+                     help="The ladder, cheapest first, comma-separated from: truncate, drop, summarize "
+                          "(summarize: the deterministic ledger with the fact guard; no LLM)."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
+STRATEGY_NAMES = ("truncate", "drop", "summarize")
+
+
+def _strategies(spec: str) -> list[Any]:
+    from lc_compaction.strategies import DropOldExchanges, Summarize, TruncateToolResults
+
+    make = {"truncate": TruncateToolResults, "drop": DropOldExchanges, "summarize": Summarize}
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in make]
+    if unknown or not names:
+        raise click.UsageError(f"--strategies: {', '.join(unknown) or 'empty'}: choose from {', '.join(STRATEGY_NAMES)}")
+    return [make[n]() for n in names]
+
+
 def _make_policy(max_input_tokens: int, triggers: tuple[Any, ...], keep: Any, target: Any, reserve: int | None,
-                 token_counter: str, model_name: str) -> CompactionPolicy:
+                 token_counter: str, model_name: str, strategies: str = "truncate,drop") -> CompactionPolicy:
     from lc_compaction._offline import EncodingUnavailableError
 
     kwargs: dict[str, Any] = {"max_input_tokens": max_input_tokens, "trigger": list(triggers) or None,
                               "target": target, "reserve": reserve, "token_counter": token_counter,
-                              "model_name": model_name}
+                              "model_name": model_name, "strategies": _strategies(strategies)}
     if keep is not None:
         kwargs["keep"] = keep
     try:

@@ -57,6 +57,10 @@ class CallRecord:
         violations: the invariant violations of the sent history (`structure.check_invariants`, as strings).
         first_request_present: the conversation's first user request is in the sent history, same id and
             same content.
+        identifiers_evicted: identifiers (ids, codes, amounts, e-mails, ...: `FactGuard`) in what a summary
+            replaced at this call (0 when no summary was written).
+        identifiers_kept: how many of them the summary's own text kept, without the fact guard's line (the
+            guard adds the others).
     """
 
     index: int
@@ -75,6 +79,8 @@ class CallRecord:
     strategies: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     first_request_present: bool = True
+    identifiers_evicted: int = 0
+    identifiers_kept: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-serializable values (same names as the attributes)."""
@@ -119,7 +125,9 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         over_window_calls (tokens_sent > max_input_tokens; 0 when there is no window),
         over_budget_calls (tokens_sent > max_input_tokens - reserve), not_fitting_calls (fits False),
         invariant_violations (total count over all sent histories), first_request_missing_calls,
-        compaction_ms_median, compaction_ms_p95, compaction_ms_max (None when there are no calls).
+        compaction_ms_median, compaction_ms_p95, compaction_ms_max (None when there are no calls),
+        identifiers_evicted / identifiers_kept (summed over calls; see `CallRecord`): the share a summary keeps
+        without the fact guard.
     """
     ms = [c.compaction_ms for c in calls]
     unc = sum(c.tokens_uncompacted for c in calls)
@@ -138,6 +146,8 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "over_budget_calls": sum(1 for c in calls if budget_tokens is not None and c.tokens_sent > budget_tokens),
         "not_fitting_calls": sum(1 for c in calls if not c.fits),
         "invariant_violations": sum(len(c.violations) for c in calls),
+        "identifiers_evicted": sum(c.identifiers_evicted for c in calls),
+        "identifiers_kept": sum(c.identifiers_kept for c in calls),
         "first_request_missing_calls": sum(1 for c in calls if not c.first_request_present),
         "compaction_ms_median": _round(percentile(ms, 50)),
         "compaction_ms_p95": _round(percentile(ms, 95)),
@@ -217,7 +227,9 @@ class _Replayer:
             compaction_ms=ms, compacted=result.compacted, triggered=result.triggered,
             stop_reason=result.stop_reason, fits=result.fits, strategies=result.strategies_applied,
             violations=[str(v) for v in check_invariants(sent)],
-            first_request_present=self._first_present(sent))
+            first_request_present=self._first_present(sent),
+            identifiers_evicted=int(result.details.get("identifiers_evicted", 0)),
+            identifiers_kept=int(result.details.get("identifiers_kept_by_summary", 0)))
         self.calls.append(record)
         self.history = sent
         if self.on_call is not None:

@@ -190,3 +190,20 @@ def test_replay_reports_calls_and_tools_consistently_with_the_recording():
     expected = {t.id: sum(isinstance(m, AIMessage) for m in t.messages) for t in load_traces(bundled_traces())}
     got = {c["id"]: c["model_calls"] for f in data["files"] for c in f["by_conversation"]}
     assert got == expected
+
+
+def test_replay_with_the_summarizer_reports_identifiers_kept_without_the_guard():
+    """--strategies summarize (the ledger with the fact guard): the JSON says how many identifiers the evicted
+    messages held and how many the summary kept on its own; every call still fits and stays valid."""
+    res = CliRunner().invoke(main, ["replay", "--strategies", "summarize", "--max-input-tokens", "8000", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["identifiers_evicted"] > 0
+    assert 0 <= data["identifiers_kept"] <= data["identifiers_evicted"]
+    assert data["invariant_violations"] == 0 and data["over_window_calls"] == 0
+    assert data["tokens_sent"] < data["tokens_sent_uncompacted"]
+
+
+def test_unknown_strategy_is_a_usage_error():
+    res = CliRunner().invoke(main, ["replay", "--strategies", "truncate,shrink"])
+    assert res.exit_code == 2 and "shrink" in res.output
