@@ -14,13 +14,21 @@ import pytest
 
 from tests.agent_replay import ScriptedOpenAIServer
 
-README = Path(__file__).resolve().parent.parent / "docs" / "readme" / "front-doors.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
-def python_blocks(path: Path = README) -> list[str]:
-    """The code of every ```python block of `path`, in order."""
-    return BLOCK.findall(path.read_text(encoding="utf-8"))
+def section(title: str, path: Path = README) -> str:
+    """The text of the README section whose `## ` heading starts with `title`, up to the next `## ` heading."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index("\n## " + title)
+    end = text.find("\n## ", start + 4)
+    return text[start:end if end != -1 else len(text)]
+
+
+def python_blocks(title: str = "Add it to an agent") -> list[str]:
+    """The code of every ```python block of one README section, in order."""
+    return BLOCK.findall(section(title))
 
 
 @pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
@@ -47,3 +55,13 @@ def test_readme_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps
     last = server.requests[-1]
     assert len(last["messages"]) < 21, "the last example sends a compacted history"
     assert re.search(r"^compacted under_\w+ \d+ -> \d+$", capsys.readouterr().out, re.M)
+
+
+def test_readme_core_example_runs() -> None:
+    """The `compact()` example of the README runs as shown and compacts the history it builds."""
+    (code,) = python_blocks("Use it from Python")[:1]
+    namespace: dict = {"__name__": "readme"}
+    exec(compile(code, "README.md[compact]", "exec"), namespace)
+    result = namespace["result"]
+    assert result.triggered and result.tokens_after < result.tokens_before
+    assert result.fits and result.stop_reason == "under_target"
