@@ -3,14 +3,17 @@
 The ladder, in order:
 
 1. If the history does not exceed the trigger (nor the budget), it comes back unchanged: the same list
-   object, the same message objects. Nothing else is done (no validation, no copies).
+   object, the same message objects. Nothing else is done (no validation, no copies), except that a message
+   without an id gets one in place, as LangChain's `SummarizationMiddleware` does.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
    message index and tool_call_id, or is repaired (reported) when `repair=True`.
 3. **Soft pass**: the strategies run in order, each only while the history is above the target, with the
    pins and the `keep` part protected.
-4. **Hard pass**: if the history is still over the budget (`max_input_tokens - reserve`), the strategies
-   run again toward the budget with the protected part shrunk to the pins and the most recent step.
+4. **Second pass**: if the history is still over the budget (`max_input_tokens - reserve`) or still above the
+   trigger (so the next call would compact again), the strategies run again toward the target with the
+   protected part shrunk to the pins and the most recent step ("hard" pass when over the budget, else
+   "relaxed").
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
    the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit, `fits` is False and
@@ -21,6 +24,7 @@ The ladder, in order:
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,7 +170,8 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
                      counts: dict[int, int] | None = None) -> int:
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
     describes a prefix of `messages`; O(k) for k new messages, O(len(messages)) otherwise. Each count made
-    is stored in `counts` (keyed by `id(message)`) when given."""
+    is stored in `counts` (keyed by `id(message)`) when given. A counted message without an id gets a uuid4
+    id in place, so every message has one before any removal."""
     n = tally.length if tally is not None else 0
     start = 0
     if (tally is not None and tally.counter == counter.name and 0 < n <= len(messages)
@@ -174,6 +179,8 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
         start = n
     total = tally.tokens if start else 0  # type: ignore[union-attr]
     for m in messages[start:]:
+        if not m.id:  # as LangChain's SummarizationMiddleware does: an id, given in place (same object)
+            m.id = str(uuid.uuid4())
         c = counter.count_message(m)
         if counts is not None:
             counts[id(m)] = c
@@ -251,7 +258,17 @@ class _Run:
         assert st is not None
         return self.budget is not None and st.total() > self.budget
 
-    def start_hard_pass(self) -> None:
+    def needs_second_pass(self) -> bool:
+        """After the soft pass: still over the budget, or still above the trigger (the next call would compact
+        again, churning the prompt cache)."""
+        st = self.state
+        assert st is not None
+        return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots))
+
+    def start_second_pass(self) -> None:
+        """Shrink the protected part to the pins and the most recent step; the goal stays the target.
+        `pass_name` is "hard" when the history is over the budget (it must shrink to fit the window), else
+        "relaxed" (it fits, but is above the trigger)."""
         st = self.state
         assert st is not None
         msgs = st.messages
@@ -259,9 +276,7 @@ class _Run:
         keep_from = steps[-1].start if steps and steps[-1].kind == "assistant" else len(msgs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         protect(st.slots, keep_from, pinned)
-        st.goal_tokens = self.budget
-        st.goal_messages = None
-        st.pass_name = "hard"
+        st.pass_name = "hard" if self.over_budget() else "relaxed"
 
     def last_resort(self) -> None:
         """Cut the largest non-system messages in place until the history fits the token budget."""
@@ -314,15 +329,15 @@ class _Run:
                                           "response_metadata": meta})
 
     def ladder(self) -> Iterator[Strategy]:
-        """Yield each strategy to apply, in order, for the soft pass then (if needed) the hard pass; the
+        """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the
         caller applies it (sync or async) and this generator checks the invariants after each."""
         st = self.state
         assert st is not None
-        for hard in (False, True):
-            if hard:
-                if not self.over_budget():
+        for second in (False, True):
+            if second:
+                if not self.needs_second_pass():
                     return
-                self.start_hard_pass()
+                self.start_second_pass()
             for strategy in self.policy.strategies or ():
                 if not st.over_goal():
                     break

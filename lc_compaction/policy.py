@@ -214,12 +214,11 @@ class CompactionPolicy:
 
     # ------------------------------------------------------------------ budget and target
     def budget_tokens(self) -> int | None:
-        """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`;
-        without a window, the lowest threshold of a tokens-only trigger clause (None when there is none)."""
+        """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`; None without
+        a window (a trigger says when to compact, not what must fit: then only the soft pass runs)."""
         if self.max_input_tokens is not None:
             return self.max_input_tokens - (self.reserve or 0)
-        lows = [c["tokens"] for c in self.trigger_clauses if set(c) == {"tokens"}]
-        return int(min(lows)) if lows else None
+        return None
 
     def target_goal(self) -> tuple[int | None, int | None]:
         """(tokens, messages) the soft pass compacts down to; None where that unit has no goal."""

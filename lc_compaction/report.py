@@ -1,4 +1,10 @@
-"""Per-call reports and plots of replays (notebooks, `lc-compaction replay --plot`).
+"""Reports and plots of compactions and replays (notebooks, `lc-compaction replay --plot`).
+
+- one compaction: `compaction_table` (what happened to each message, with its tokens) and `identifiers_table`
+  (which identifiers of the removed or rewritten messages are still in the context);
+- replays: `calls_dataframe` (one row per model call), `summary_dataframe` (one row per replay), `plot_context`
+  (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
+  policies over one conversation, both views on one figure).
 
 pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`),
 so the compaction core never needs them.
@@ -6,16 +12,27 @@ so the compaction core never needs them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from lc_compaction.compact import CompactionResult
+from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
+from lc_compaction.strategies.facts import FactGuard, contains, message_text
+from lc_compaction.strategies.truncate import content_text
+from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
     import pandas
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-__all__ = ["CALL_COLUMNS", "calls_dataframe", "plot_context"]
+__all__ = ["CALL_COLUMNS", "COMPACTION_COLUMNS", "IDENTIFIER_COLUMNS", "OUTCOMES", "SUMMARY_COLUMNS",
+           "calls_dataframe", "compaction_table", "identifiers_table", "plot_comparison", "plot_context",
+           "plot_cumulative", "summary_dataframe"]
 
 CALL_COLUMNS = ("conversation", "call", "message_index", "tokens_uncompacted", "tokens_before", "tokens_sent",
                 "messages_uncompacted", "messages_before", "messages_sent", "compaction_ms", "compacted",
@@ -117,3 +134,335 @@ def plot_context(replays: Replays, window: int | None = None, trigger: float | N
     ax.set_title(title or "Context size per model call")
     ax.legend(fontsize="small")
     return ax
+
+
+# ------------------------------------------------------------------------------------------- one compaction
+COMPACTION_COLUMNS = ("index", "index_after", "role", "tool", "tokens_before", "tokens_after", "outcome", "text")
+"""Columns of `compaction_table`, in order: the message's position in the input and in the result (`<NA>` where it
+is not there), its `type` ("system", "human", "ai", "tool"), the tool (a ToolMessage's `name`, else the name in
+the call it answers; the names an AIMessage calls, comma-separated), its tokens in the input and in the result
+(0 where it is not there), the outcome (see `OUTCOMES`) and the start of its text (one line)."""
+
+OUTCOMES: dict[str, str] = {
+    "kept": "in the result unchanged (same id, same content)",
+    "truncated": "a tool result replaced by a one-line note with its size and a preview (same id)",
+    "shortened": "cut in place because it alone did not fit the budget (same id)",
+    "changed": "in the result with the same id but other content (e.g. a mid-history system message sent as human)",
+    "summarized": "replaced by the summary (known only from a CompactionResult's actions)",
+    "removed": "not in the result",
+    "summary": "a summary message of the result that was not in the input",
+    "added": "another message of the result that was not in the input (a repair)",
+}
+"""What `compaction_table`'s "outcome" column can say, and what each value means."""
+
+IDENTIFIER_COLUMNS = ("identifier", "kind", "index", "kept")
+"""Columns of `identifiers_table`: the identifier as written, the fact-guard pattern that found it, the index (in
+the input) of the first removed or rewritten message holding it, and whether the result still contains it."""
+
+Messages = Union[CompactionResult, ConversationReplay, Sequence[BaseMessage]]
+
+
+def _message_list(value: Messages, name: str) -> list[BaseMessage]:
+    messages = value.messages if isinstance(value, (CompactionResult, ConversationReplay)) else value
+    out = list(messages)
+    for i, m in enumerate(out):
+        if not isinstance(m, BaseMessage):
+            raise TypeError(f"{name}[{i}]: expected a LangChain BaseMessage, got {type(m).__name__}")
+    return out
+
+
+def _positions_by_id(messages: Sequence[BaseMessage], name: str, *, required: bool) -> dict[str, int]:
+    """{id: index}; raises ValueError naming the index of a missing (when `required`) or repeated id."""
+    out: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if not m.id:
+            if required:
+                raise ValueError(f"{name}[{i}] has no id: messages are matched by id (compact gives a message "
+                                 "without one a new random id); give every input message an id")
+            continue
+        if m.id in out:
+            raise ValueError(f"{name}[{i}] has the same id as {name}[{out[m.id]}] ({m.id!r}): ids must be unique")
+        out[m.id] = i
+    return out
+
+
+def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
+    """{tool_call_id: tool name} of every tool call in the lists (a ToolMessage may carry no `name`)."""
+    return {tc["id"]: tc["name"] for messages in lists for m in messages if isinstance(m, AIMessage)
+            for tc in m.tool_calls if tc.get("id")}
+
+
+def _tool(message: BaseMessage, call_names: Mapping[str, str]) -> str:
+    if isinstance(message, ToolMessage):
+        return message.name or call_names.get(message.tool_call_id, "")
+    if isinstance(message, AIMessage):
+        return ", ".join(tc["name"] for tc in message.tool_calls)
+    return ""
+
+
+def _preview(message: BaseMessage, chars: int) -> str:
+    text = content_text(message.content)
+    if not text.strip() and isinstance(message, AIMessage) and message.tool_calls:
+        text = "; ".join(f"{tc['name']}({json.dumps(tc['args'], ensure_ascii=False)})" for tc in message.tool_calls)
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: max(chars - 3, 0)] + "..."
+
+
+def _outcome(old: BaseMessage, new: BaseMessage) -> str:
+    if new is old or new == old:
+        return "kept"
+    if is_truncated(new) and not is_truncated(old):
+        return "truncated"
+    if is_shortened(new) and not is_shortened(old):
+        return "shortened"
+    return "changed"
+
+
+def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Sequence[BaseMessage],
+                     counter: TokenCounter | str | Any = "exact", *, text_chars: int = 60) -> pandas.DataFrame:
+    """What a compaction did to each message: one row per input message (in input order), plus one row per message
+    of the result that was not in the input (a summary, a repair), placed where it stands in the result.
+
+    Args:
+        before: the input of `compact` (`list[BaseMessage]`); every message needs a unique id (messages are matched
+            by id, and `compact` gives a message without one a new random id). Recorded traces have ids.
+        after: the `CompactionResult`, or the compacted message list. Only a result tells "summarized" from
+            "removed" (from its actions); with a list, a message that is gone is "removed".
+        counter: counts the "tokens_before" / "tokens_after" columns (tokens, per message with its overhead, no
+            reply priming): a `TokenCounter`, or any `token_counter` setting of `CompactionPolicy` ("exact",
+            "approximate", "messages", a callable). Pass `policy.counter` to match the result's figures, so that
+            `tokens_after.sum() + counter.reply_overhead == result.tokens_after` (without `extra_tokens`).
+        text_chars: length of the "text" preview, characters.
+
+    Returns:
+        A DataFrame with the `COMPACTION_COLUMNS`; "outcome" takes the values of `OUTCOMES`; "index" and
+        "index_after" are nullable integers (`<NA>` where the message is not in that list). "text" is the start of
+        the input message's text (for new messages, of the result's), tool calls written as `name({args})`.
+
+    Raises:
+        ValueError: a message of `before` has no id, or two have the same id (the message index is named); two
+            messages of the result share an id; `counter` is not a valid counter setting.
+        TypeError: an element of `before` or of the result is not a `BaseMessage` (its index is named).
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    tc = resolve_token_counter(counter)
+    old = _message_list(before, "before")
+    new = _message_list(after, "after")
+    old_pos = _positions_by_id(old, "before", required=True)
+    new_pos = _positions_by_id(new, "after", required=False)
+    summarized = ({mid for a in after.actions if a.kind == "summarized" for mid in a.message_ids}
+                  if isinstance(after, CompactionResult) else set())
+    names = _call_names(old, new)
+    rows: list[dict[str, Any]] = []
+    shown = 0  # result messages before this position have been placed
+
+    def place_new_until(stop: int) -> None:
+        for j in range(shown, stop):
+            m = new[j]
+            if m.id in old_pos:
+                continue
+            rows.append({"index": None, "index_after": j, "role": m.type, "tool": _tool(m, names),
+                         "tokens_before": 0, "tokens_after": tc.count_message(m),
+                         "outcome": "summary" if is_summary(m) else "added", "text": _preview(m, text_chars)})
+
+    for i, m in enumerate(old):
+        j = new_pos.get(m.id)  # type: ignore[arg-type]
+        row = {"index": i, "index_after": j, "role": m.type, "tool": _tool(m, names),
+               "tokens_before": tc.count_message(m), "text": _preview(m, text_chars)}
+        if j is None:
+            row.update(tokens_after=0, outcome="summarized" if m.id in summarized else "removed")
+        else:
+            if j >= shown:
+                place_new_until(j)
+                shown = j + 1
+            row.update(tokens_after=tc.count_message(new[j]), outcome=_outcome(m, new[j]))
+        rows.append(row)
+    place_new_until(len(new))
+    df = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS))
+    return df.astype({"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+
+
+def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
+                      fact_guard: FactGuard | None = None) -> pandas.DataFrame:
+    """Did the identifiers survive? The identifiers (ids, codes, amounts, dates, e-mails, URLs, paths: the fact
+    guard's patterns) of the input messages that the result does not hold unchanged (removed, summarized,
+    truncated, cut), and whether each is still anywhere in the result.
+
+    Args:
+        before: the messages before compaction (for a replay: the recorded conversation, `trace.messages`);
+            every message needs a unique id (see `compaction_table`).
+        after: a `CompactionResult`, a `ConversationReplay` (its final history) or the compacted message list.
+        fact_guard: the `FactGuard` whose patterns find the identifiers (default `FactGuard()`, the summarizer's).
+
+    Returns:
+        A DataFrame with the `IDENTIFIER_COLUMNS`, one row per distinct identifier (case-insensitive), in order of
+        first appearance: "kept" is True when the text of some message of the result contains it (its content, the
+        arguments of its tool calls; case-insensitive, not inside a longer alphanumeric run: `facts.contains`).
+
+    Raises:
+        ValueError / TypeError: as `compaction_table` (a message without an id, a repeated id, not a message).
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    guard = fact_guard or FactGuard()
+    old = _message_list(before, "before")
+    new = _message_list(after, "after")
+    _positions_by_id(old, "before", required=True)
+    unchanged = {m.id: m for m in new if m.id}
+    text = "\n".join(message_text(m) for m in new)
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, m in enumerate(old):
+        kept_as_is = unchanged.get(m.id)  # type: ignore[arg-type]
+        if kept_as_is is not None and (kept_as_is is m or kept_as_is == m):
+            continue
+        for ident in guard.extract_messages([m]):
+            key = ident.value.casefold()
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append({"identifier": ident.value, "kind": ident.kind, "index": i, "kept": contains(text, ident)})
+    return pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype({"index": "int64", "kept": "bool"})
+
+
+# ------------------------------------------------------------------------------------------- replays compared
+SUMMARY_COLUMNS = ("model_calls", "compactions", "tokens_sent_uncompacted", "tokens_sent", "tokens_saved",
+                   "tokens_saved_fraction", "peak_input_tokens", "peak_input_tokens_uncompacted", "over_window_calls",
+                   "over_budget_calls", "not_fitting_calls", "invariant_violations", "first_request_missing_calls",
+                   "compaction_ms_median", "compaction_ms_p95", "compaction_ms_max")
+"""Columns of `summary_dataframe`: the keys of `replay.summarize_calls` (tokens, calls, milliseconds)."""
+
+
+def summary_dataframe(replays: Replays) -> pandas.DataFrame:
+    """One row per replay with its figures (`ConversationReplay.summary()`: tokens sent with and without
+    compaction, peak input tokens, calls over the window, invariant violations, compaction milliseconds).
+
+    Args:
+        replays: {name: ConversationReplay} (e.g. one conversation under several policies), one replay, a list or
+            a `ReplayReport`; the index holds the names (or conversation ids).
+
+    Returns:
+        A DataFrame indexed by name, with the `SUMMARY_COLUMNS`.
+
+    Raises:
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    convs = _conversations(replays)
+    rows = [{k: conv.summary()[k] for k in SUMMARY_COLUMNS} for _, conv in convs]
+    return pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
+                        columns=list(SUMMARY_COLUMNS))
+
+
+def _cumulative(values: Iterable[int]) -> list[int]:
+    out, total = [], 0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def _draw(ax: Axes, convs: list[tuple[str, ConversationReplay]], cumulative: bool) -> None:
+    """Each replay's input tokens sent (solid, one colour each) and the uncompacted series (dashed), drawn once per
+    distinct series: in grey and labelled "no compaction" when every replay has the same one (one conversation
+    under several policies), else in the colour of the first replay that has it."""
+    many = len(convs) > MAX_LABELLED
+    series = [(name, conv, [c.tokens_sent for c in conv.calls], [c.tokens_uncompacted for c in conv.calls])
+              for name, conv in convs]
+    if cumulative:
+        series = [(name, conv, _cumulative(sent), _cumulative(unc)) for name, conv, sent, unc in series]
+    shared = len({tuple(unc) for *_, unc in series}) == 1
+    drawn: set[tuple[int, ...]] = set()
+    for k, (name, conv, sent, unc) in enumerate(series):
+        x = [c.index for c in conv.calls]
+        color = "tab:blue" if many else f"C{k % 10}"
+        alpha = 0.4 if many else 1.0
+        if tuple(unc) not in drawn:
+            drawn.add(tuple(unc))
+            ax.plot(x, unc, linestyle="--", color="tab:gray" if shared or many else color, alpha=alpha,
+                    linewidth=1.2, label="no compaction" if shared else None)
+        ax.plot(x, sent, linestyle="-", color=color, alpha=alpha, linewidth=1.5,
+                label=("with compaction" if k == 0 else None) if many else name)
+    if not shared:
+        ax.plot([], [], linestyle="--", color="tab:gray", linewidth=1, label="dashed: without compaction")
+    ax.set_xlabel("model call")
+    ax.yaxis.set_major_formatter(_require("matplotlib.ticker").StrMethodFormatter("{x:,.0f}"))
+
+
+def plot_cumulative(replays: Replays, ax: Axes | None = None, *, title: str | None = None) -> Axes:
+    """Draw the cumulative input tokens sent (the sum of every model call's input so far: what is billed as
+    input) with compaction (solid, one colour per replay) and without (dashed, drawn once per distinct series; one
+    grey "no compaction" line when all replays are of the same conversation).
+
+    Args:
+        replays: {name: ConversationReplay} (or one replay, a list, a `ReplayReport`); x is the call number.
+        ax: the matplotlib Axes to draw on; a new figure (pyplot, 9 x 5 inches) when None.
+        title: the plot's title (default "Cumulative input tokens sent").
+
+    Returns:
+        The Axes drawn on.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    if ax is None:
+        plt = _require("matplotlib.pyplot")
+        _, ax = plt.subplots(figsize=(9, 5))
+    else:
+        _require("matplotlib")
+    _draw(ax, _conversations(replays), cumulative=True)
+    ax.set_ylabel("input tokens sent so far")
+    ax.set_title(title or "Cumulative input tokens sent")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | None = None,
+                    trigger: float | None = None, *, title: str | None = None,
+                    figsize: tuple[float, float] = (13, 5)) -> Figure:
+    """One conversation replayed under several policies, on one figure: input tokens per model call (left, with
+    the window and the trigger) and cumulative input tokens sent (right), each policy in its colour, and the same
+    conversation without compaction once, as a grey dashed line.
+
+    Args:
+        replays: {name: ConversationReplay}, every replay of the same conversation counted with the same counter
+            (e.g. `{"truncate": replay_conversation(trace, policy_1), "drop": ...}`).
+        window: the model's window in tokens (`max_input_tokens`), a black line on the left panel.
+        trigger: the trigger threshold in tokens (`policy.trigger_tokens()`), a black dotted line.
+        title: the figure's title (none by default).
+        figsize: (width, height) in inches; default (13, 5).
+
+    Returns:
+        The matplotlib Figure (made with pyplot, so `plt.show()` and notebooks display it).
+
+    Raises:
+        ValueError: `replays` is empty, or two replays do not have the same uncompacted input tokens at every call
+            (another conversation, or another counter): the replay and the call are named.
+        ImportError: matplotlib is not installed.
+    """
+    convs = _conversations(replays)
+    if not convs:
+        raise ValueError("replays: give at least one ConversationReplay")
+    first_name, first = convs[0]
+    ref = [c.tokens_uncompacted for c in first.calls]
+    for name, conv in convs[1:]:
+        unc = [c.tokens_uncompacted for c in conv.calls]
+        if unc != ref:
+            at = next((k for k, (a, b) in enumerate(zip(unc, ref)) if a != b), min(len(unc), len(ref)))
+            raise ValueError(f"replays: {name!r} is not the conversation of {first_name!r} counted the same way: "
+                             f"their uncompacted input tokens differ at model call {at}")
+    plt = _require("matplotlib.pyplot")
+    fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
+    _draw(left, convs, cumulative=False)
+    if window is not None:
+        left.axhline(window, color="black", linewidth=1.5, label=f"window ({window:,} tokens)")
+    if trigger is not None:
+        left.axhline(trigger, color="black", linestyle=":", linewidth=1.2, label=f"trigger ({trigger:,.0f} tokens)")
+    left.set_ylabel("input tokens")
+    left.set_title("Input tokens per model call")
+    left.legend(fontsize="small")
+    plot_cumulative(replays, ax=right)
+    if title:
+        fig.suptitle(title)
+    return fig

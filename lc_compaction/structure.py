@@ -214,6 +214,7 @@ def normalize_system_messages(messages: Sequence[BaseMessage]) -> tuple[list[Bas
 def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
     """Repair pairing and order defects without losing content; return the new list and the repairs made.
 
+    - RemoveMessage (a LangGraph state update, not a message): dropped;
     - orphan ToolMessage (no call before it): removed (there is no call to attach it to);
     - duplicate result: later copies removed;
     - result separated from its call: moved to the block right after its call;
@@ -223,7 +224,16 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
       put before it.
     Indices in the repairs refer to the input list.
     """
+    from langchain_core.messages import RemoveMessage
+
     msgs, repairs = normalize_system_messages(messages)
+    kept = []
+    for i, m in enumerate(msgs):
+        if isinstance(m, RemoveMessage):
+            repairs.append(Repair("remove_message_dropped", i, detail="a RemoveMessage is a state update, never model input"))
+        else:
+            kept.append(m)
+    msgs = kept
     call_owner: dict[str, int] = {}
     for i, m in enumerate(msgs):
         for tcid in call_ids(m):
