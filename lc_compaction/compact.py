@@ -166,17 +166,26 @@ class CountTally:
                    tokens, counter)
 
 
+def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None) -> int:
+    """How many leading messages `tally` still describes: its `length` when the ids at both ends of that
+    prefix match and the counter is the same, else 0."""
+    if tally is None or tally.counter != counter.name or not tally.last_id:
+        return 0
+    n = tally.length
+    if not 0 < n <= len(messages):
+        return 0
+    if getattr(messages[n - 1], "id", None) != tally.last_id or getattr(messages[0], "id", None) != tally.first_id:
+        return 0
+    return n
+
+
 def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,
                      counts: dict[int, int] | None = None) -> int:
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
-    describes a prefix of `messages`; O(k) for k new messages, O(len(messages)) otherwise. Each count made
-    is stored in `counts` (keyed by `id(message)`) when given. A counted message without an id gets a uuid4
-    id in place, so every message has one before any removal."""
-    n = tally.length if tally is not None else 0
-    start = 0
-    if (tally is not None and tally.counter == counter.name and 0 < n <= len(messages)
-            and messages[n - 1].id == tally.last_id and messages[0].id == tally.first_id and tally.last_id):
-        start = n
+    describes a prefix of `messages` (`tally_prefix`); O(k) for k new messages, O(len(messages)) otherwise.
+    Each count made is stored in `counts` (keyed by `id(message)`) when given. A counted message without an
+    id gets a uuid4 id in place, so every message has one before any removal."""
+    start = tally_prefix(messages, counter, tally)
     total = tally.tokens if start else 0  # type: ignore[union-attr]
     for m in messages[start:]:
         if not m.id:  # as LangChain's SummarizationMiddleware does: an id, given in place (same object)
@@ -188,8 +197,10 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
     return total
 
 
-def _as_messages(messages: Sequence[Any]) -> list[BaseMessage]:
-    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
+def _as_messages(messages: Sequence[Any], start: int = 0) -> list[BaseMessage]:
+    """The input as a list of messages (the list itself when it is one); only `messages[start:]` is checked
+    when the caller knows the prefix was checked before (O(k) per call)."""
+    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[start:]):
         return messages
     try:
         return list(convert_to_messages(messages))
@@ -208,8 +219,9 @@ class _Run:
         if extra_tokens < 0:
             raise ValueError(f"extra_tokens: must be >= 0 tokens, got {extra_tokens}")
         self.policy = policy
-        self.original = _as_messages(messages)
         self.counter = policy.counter
+        known = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
+        self.original = _as_messages(messages, known)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
         self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts)

@@ -12,7 +12,8 @@ text differs):
 * the content: a string is encoded; a list of blocks is counted block by block (text, reasoning, tool-use, image,
   file, unknown blocks: see :meth:`StructuredCounter.count_content`).  Images and files cost a bounded amount,
   never anything proportional to their base64 size.
-* an AI message's ``tool_calls``: name + compact JSON of the arguments + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
+* an AI message's ``tool_calls``: name + the arguments as langchain-openai sends them (``json.dumps(args,
+  ensure_ascii=False)``) + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
   (``invalid_tool_calls``: name + the raw argument string + the same overhead).  A content block that repeats a
   tool call (Anthropic ``tool_use``, LangChain v1 ``tool_call``, OpenAI Responses ``function_call``, same id) is
   skipped, so the call is counted once.
@@ -385,6 +386,18 @@ def _looks_binary(s: str) -> bool:
     return len(s) >= _BINARY_MIN_CHARS and _BINARY_RE.fullmatch(s) is not None
 
 
+def _arguments_json(value: Any) -> str:
+    """A tool call's arguments as OpenAI receives them: ``json.dumps(args, ensure_ascii=False)`` (default
+    separators, ", " and ": "), which is what langchain-openai sends (``_lc_tool_call_to_openai_tool_call``);
+    a string (already serialized, e.g. invalid_tool_calls) as it is."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return _compact_json(value)
+
+
 def _compact_json(value: Any) -> str:
     """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``; ``str()`` for what JSON cannot encode."""
     if isinstance(value, str):
@@ -650,7 +663,7 @@ class StructuredCounter:
         if name:
             total += self.count_text(str(name))
         if args is not None and args != "":
-            total += self.count_text(_compact_json(args))
+            total += self.count_text(_arguments_json(args))
         return total
 
     def count_content(self, content: Any, *, call_ids: frozenset[str] = frozenset()) -> int:

@@ -38,6 +38,7 @@ Each call reports its outcome (a LangChain custom event and a log line, see `eve
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -56,10 +57,10 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import Required, TypedDict
 
-from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.compact import CompactionResult, CountTally, acompact, compact
 from lc_compaction.integrations.events import areport, event_payload, report
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import check_invariants, ensure_ids
+from lc_compaction.structure import check_invariants
 
 __all__ = [
     "MEMORY_VERSION",
@@ -182,8 +183,10 @@ class CompactionPlan:
         return isinstance(first, RemoveMessage) and first.id == REMOVE_ALL_MESSAGES
 
 
-def _as_messages(messages: Sequence[Any], key: str) -> list[BaseMessage]:
-    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages):
+def _as_messages(messages: Sequence[Any], key: str, start: int = 0) -> list[BaseMessage]:
+    """The stored history as a list of messages; only `messages[start:]` is checked (the messages before were
+    checked by the previous call: O(k) per call for k new messages)."""
+    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[max(start - 1, 0):]):
         return messages
     try:
         return list(convert_to_messages(messages))
@@ -234,10 +237,24 @@ def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
              ) -> tuple[list[BaseMessage], list[BaseMessage], list[BaseMessage]]:
     if mode not in _MODES:
         raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
-    original = _as_messages(messages, key)
-    with_ids = ensure_ids(original)
+    tally = _tally(memory)
+    start = tally.length if tally is not None and tally.length <= len(messages) else 0
+    original = _as_messages(messages, key, start if mode == "rewrite" else 0)
+    # ids before any removal: given in place to the new messages (as SummarizationMiddleware does; LangGraph's
+    # add_messages has normally given them already); compact() copies duplicates when it compacts
+    for m in original[start if mode == "rewrite" else 0:]:
+        if not m.id:
+            m.id = str(uuid.uuid4())
+    with_ids = original
     base = _rebuild_view(with_ids, memory, mode) if mode == "view" else None
     return original, with_ids, base if base is not None else with_ids
+
+
+def _tally(memory: Any) -> CountTally | None:
+    """The counting tally the previous call stored (None when absent or from another memory version)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION:
+        return CountTally.from_dict(memory.get("tally"))
+    return None
 
 
 def _finish(original: list[BaseMessage], with_ids: list[BaseMessage], memory: Any, mode: str,
@@ -254,6 +271,8 @@ def _finish(original: list[BaseMessage], with_ids: list[BaseMessage], memory: An
         "last": {k: v for k, v in event_payload(result, mode=mode, door="langgraph_node").items()
                  if k not in ("door", "state_messages")},
     }
+    if result.tally is not None:  # lets the next call count only the messages added since (O(k))
+        new_memory["tally"] = result.tally.to_dict()
     update: list[BaseMessage] | None = None
     if mode == "view":
         stored = {m.id: m for m in original}
@@ -280,7 +299,7 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
 
     Args:
         messages: the stored history (non-empty): `BaseMessage`s, or anything `convert_to_messages` accepts.
-            Messages without an id get one (`structure.ensure_ids`) before anything is removed.
+            Messages without an id get one, in place, before anything is removed.
         memory: what the previous call stored under the memory key (None on the first call; anything that does
             not match the stored history is ignored and the whole history is compacted).
         policy: the `CompactionPolicy`.
@@ -290,6 +309,7 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
 
     The memory written (plain JSON, bounded by the size of the model input):
     `{"version": 1, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call>,
+    "tally": <CountTally.to_dict(): what was counted, so the next call counts only the new messages>,
     "view": {"ids": [ids of the model input, in order], "covered": <stored messages it covers>,
     "last_id": <id of the last of them>, "replaced": {id: message_to_dict of a message that differs from the
     stored one (truncated, summary)}}}`; "view" only in view mode.
@@ -302,7 +322,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     original, with_ids, base = _prepare(messages, memory, mode, key)
-    return _finish(original, with_ids, memory, mode, compact(base, policy, extra_tokens=extra_tokens))
+    return _finish(original, with_ids, memory, mode,
+                   compact(base, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
@@ -311,7 +332,8 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     original, with_ids, base = _prepare(messages, memory, mode, key)
-    return _finish(original, with_ids, memory, mode, await acompact(base, policy, extra_tokens=extra_tokens))
+    return _finish(original, with_ids, memory, mode,
+                   await acompact(base, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
 
 
 # ----------------------------------------------------------------------------------------------- the node

@@ -1,0 +1,317 @@
+"""The measured calls: ours and LangChain's anchors, on the same histories, per model call.
+
+Two situations, each at every history size (see ``session.py`` for how a history "of N messages" is built):
+
+**Steady state** (nothing to compact; the common case, paid on every model call). The previous model call was
+made on ``prefix`` (the session cut at a call point); since then the history grew by one exchange, the same at
+every size (``exchange``: the session's median tool exchange, see ``session.typical_exchange``), so the sizes
+differ only by the history before it. Our front doors are *primed* by a real call on ``prefix``, and what they
+store between calls (the node's ``compaction`` memory, the per-message count cache of the policy's counter) is
+carried into the measured call on ``prefix + exchange``, exactly as LangGraph passes state from one step to the
+next. Every sample relabels the exchange (fresh message and tool call ids, see `grown`), so each sample meets new
+messages, as a real next call does. The window is `STEADY_WINDOW`, larger than every history here, so no call
+compacts (checked).
+
+**Firing** (compaction runs, no LLM). The window is set so the history is at ``fill`` times it (0.85: just over
+the default 80% trigger; 2.0: twice the window, e.g. a long session resumed with a smaller model). Our rows
+count ``prefix`` first (the previous call did), untimed, with a fresh counter per sample; then the timed call
+counts the new exchange and compacts. Every call is checked to have compacted and to fit.
+
+Anchors (LangChain, same process, same histories):
+
+- ``SummarizationMiddleware.before_model(state, runtime)``, built with a ``GenericFakeChatModel`` and
+  ``trigger=("tokens", 10**9)`` (never fires); its default counter is ``count_tokens_approximately``. It reads
+  only ``state["messages"]``; ``runtime`` is a bare ``langgraph.runtime.Runtime()``.
+- ``trim_messages(strategy="last", token_counter=count_tokens_approximately, include_system=True,
+  start_on="human", end_on=("human", "tool"))``, the LangChain docs' chat-history recipe; ``max_tokens`` is the
+  window (steady state) or 60% of it (firing: the target our ladder compacts to).
+- ``ClearToolUsesEdit.apply(messages, count_tokens=count_tokens_approximately)``, the call
+  ``ContextEditingMiddleware`` makes with its default ``token_count_method="approximate"``, on a list copy;
+  ``trigger`` is the window (steady) or 80% of it (firing; ``keep=3``, ``clear_at_least=0``, the defaults).
+- ``ContextEditingMiddleware.wrap_model_call(request, handler)`` (steady state): the whole per-call cost of that
+  middleware, which deep-copies the messages before applying its edits.
+- An exact recount: ``TiktokenCounter(cache_size=0).count_messages(history)``, tiktoken on every message.
+
+The anchors' windows are scaled by their own counter (``count_tokens_approximately``), so they face the same
+fill as ours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langchain.agents.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
+from langchain.agents.middleware.summarization import SummarizationMiddleware
+from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage, trim_messages
+from langchain_core.messages.utils import count_tokens_approximately
+from langgraph.runtime import Runtime
+
+from lc_compaction import CompactionPolicy, TiktokenCounter, compact
+from lc_compaction.integrations.langgraph import CompactionNode
+from lc_compaction.integrations.middleware import CompactionMiddleware
+
+__all__ = ["STEADY_WINDOW", "Cell", "Situation", "firing_cells", "grown", "steady_cells"]
+
+STEADY_WINDOW = 100_000_000
+"""Window (tokens) of the steady-state rows: larger than every history here (8,000 messages are ~2M tokens),
+so nothing is compacted and what is measured is the cost of deciding that."""
+
+REPLY = AIMessage(content="ok", id="benchmark-reply")
+"""What the fake model handler returns to the middlewares (never part of a measured history)."""
+
+
+@dataclass
+class Situation:
+    """One history size.
+
+    Attributes:
+        prefix: the history at the previous model call (the session cut at a call point).
+        exchange: the messages added since: an assistant message with tool calls and their results.
+        model_name: chooses the tiktoken encoding of the exact counter.
+    """
+
+    prefix: list[BaseMessage]
+    exchange: list[BaseMessage]
+    model_name: str
+
+    @property
+    def messages(self) -> int:
+        """Messages in the measured history (``prefix`` plus ``exchange``)."""
+        return len(self.prefix) + len(self.exchange)
+
+    @property
+    def history(self) -> list[BaseMessage]:
+        """The measured history with the exchange as recorded (sample 0 of `grown`)."""
+        return grown(self, 0)
+
+
+@dataclass
+class Cell:
+    """One measured row at one size.
+
+    Attributes:
+        name: the row label in RESULTS.md.
+        ours: True for lc-compaction's rows, False for LangChain's anchors.
+        setup: builds sample ``i``'s argument (untimed; see ``timing.measure``).
+        run: the measured call.
+        check: raises ``AssertionError`` when a call's result is not what the situation requires (it compacted
+            in the steady state, or did not when firing); given the argument and the result.
+    """
+
+    name: str
+    ours: bool
+    setup: Callable[[int], Any]
+    run: Callable[[Any], Any]
+    check: Callable[[Any, Any], None]
+
+
+def _suffix(value: str, i: int) -> str:
+    return f"{value}~{i}"
+
+
+def grown(sit: Situation, i: int) -> list[BaseMessage]:
+    """``prefix`` plus the exchange added since the previous call, relabeled for sample ``i``.
+
+    The relabeled messages are copies with ``~i`` appended to their ids and tool call ids (on both the call and
+    its result), so no count cache has seen them; the prefix is the same objects every time (as in graph state).
+    """
+    out = list(sit.prefix)
+    for m in sit.exchange:
+        update: dict[str, Any] = {"id": _suffix(m.id or "m", i)}
+        if isinstance(m, AIMessage) and m.tool_calls:
+            update["tool_calls"] = [{**tc, "id": _suffix(tc["id"], i)} for tc in m.tool_calls]
+        if isinstance(m, ToolMessage):
+            update["tool_call_id"] = _suffix(m.tool_call_id, i)
+        out.append(m.model_copy(update=update))
+    return out
+
+
+def _system_split(messages: list[BaseMessage]) -> tuple[SystemMessage | None, list[BaseMessage]]:
+    """(system prompt, the rest): ``create_agent`` keeps the system prompt out of the stored messages."""
+    if messages and isinstance(messages[0], SystemMessage):
+        return messages[0], messages[1:]
+    return None, messages
+
+
+def _handler(request: ModelRequest) -> ModelResponse:
+    return ModelResponse(result=[REPLY])
+
+
+def _fake_model() -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter(()))
+
+
+def _expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise AssertionError(what)
+
+
+# ------------------------------------------------------------------------------------------- steady state
+
+
+def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str) -> Cell:
+    node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=token_counter,
+                                           model_name=sit.model_name), mode=mode)  # type: ignore[arg-type]
+    memory = node.invoke({"messages": sit.prefix})["compaction"]
+
+    def check(state: dict, out: dict) -> None:
+        _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
+                f"{name}: compacted in the steady state")
+
+    return Cell(name, True, lambda i: {"messages": grown(sit, i), "compaction": memory}, node.invoke, check)
+
+
+def _middleware_cell(sit: Situation, name: str) -> Cell:
+    policy = CompactionPolicy(max_input_tokens=STEADY_WINDOW, model_name=sit.model_name)
+    middleware = CompactionMiddleware(policy)
+    model = _fake_model()
+
+    def request(messages: list[BaseMessage], memory: Any) -> ModelRequest:
+        system, rest = _system_split(messages)
+        state: dict[str, Any] = {"messages": rest}
+        if memory is not None:
+            state["compaction"] = memory
+        return ModelRequest(model=model, messages=rest, system_message=system, tools=[], state=state,  # type: ignore[arg-type]
+                            runtime=None)
+
+    primed = middleware.wrap_model_call(request(sit.prefix, None), _handler)
+    memory = primed.command.update["compaction"]  # type: ignore[union-attr]
+
+    def check(req: ModelRequest, out: Any) -> None:
+        update = out.command.update
+        _expect(update["compaction"]["last"]["outcome"] == "skipped" and "messages" not in update,
+                f"{name}: compacted in the steady state")
+
+    return Cell(name, True, lambda i: request(grown(sit, i), memory),
+                lambda req: middleware.wrap_model_call(req, _handler), check)
+
+
+def steady_cells(sit: Situation) -> list[Cell]:
+    """Our front doors and the anchors in the steady state at one size (see the module docstring)."""
+    summarization = SummarizationMiddleware(_fake_model(), trigger=("tokens", 10**9))
+    runtime = Runtime()
+    clear = ClearToolUsesEdit(trigger=STEADY_WINDOW)
+    editing = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=STEADY_WINDOW)])
+    exact = TiktokenCounter(sit.model_name, cache_size=0)
+    model = _fake_model()
+
+    def editing_request(i: int) -> ModelRequest:
+        system, rest = _system_split(grown(sit, i))
+        return ModelRequest(model=model, messages=rest, system_message=system, tools=[], state={"messages": rest},  # type: ignore[arg-type]
+                            runtime=None)
+
+    def no_change(name: str) -> Callable[[Any, Any], None]:
+        def check(arg: Any, out: Any) -> None:
+            _expect(out is None, f"{name}: changed the history in the steady state")
+        return check
+
+    def trimmed_nothing(msgs: list[BaseMessage], out: list[BaseMessage]) -> None:
+        _expect(len(out) == len(msgs), "trim_messages: trimmed in the steady state")
+
+    def cleared_nothing(msgs: list[BaseMessage], out: list[BaseMessage]) -> None:
+        _expect(not any(isinstance(m, ToolMessage) and m.response_metadata.get("context_editing") for m in out),
+                "ClearToolUsesEdit: cleared in the steady state")
+
+    def counted(msgs: list[BaseMessage], out: int) -> None:
+        _expect(out > 0, "exact recount: no tokens")
+
+    def apply_clear(msgs: list[BaseMessage]) -> list[BaseMessage]:
+        clear.apply(msgs, count_tokens=count_tokens_approximately)
+        return msgs
+
+    return [
+        _node_cell(sit, "CompactionNode rewrite, exact", mode="rewrite", token_counter="exact"),
+        _node_cell(sit, "CompactionNode view, exact", mode="view", token_counter="exact"),
+        _middleware_cell(sit, "CompactionMiddleware rewrite, exact"),
+        _node_cell(sit, "CompactionNode rewrite, approximate", mode="rewrite", token_counter="approximate"),
+        Cell("SummarizationMiddleware.before_model", False, lambda i: {"messages": grown(sit, i)},
+             lambda state: summarization.before_model(state, runtime), no_change("SummarizationMiddleware")),
+        Cell("trim_messages (last, approximate)", False, lambda i: grown(sit, i),
+             lambda msgs: trim_messages(msgs, strategy="last", max_tokens=STEADY_WINDOW,
+                                        token_counter=count_tokens_approximately, include_system=True,
+                                        start_on="human", end_on=("human", "tool")),
+             trimmed_nothing),
+        Cell("ClearToolUsesEdit.apply (approximate)", False, lambda i: grown(sit, i), apply_clear,
+             cleared_nothing),
+        Cell("ContextEditingMiddleware.wrap_model_call", False, editing_request,
+             lambda req: editing.wrap_model_call(req, _handler),
+             lambda req, out: _expect(bool(out.result), "ContextEditingMiddleware: no reply")),
+        Cell("exact recount (TiktokenCounter, no cache)", False, lambda i: grown(sit, i), exact.count_messages,
+             counted),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ firing
+
+
+def firing_cells(sit: Situation, fill: float) -> list[Cell]:
+    """Our compaction and the anchors when the history is at ``fill`` times the window (see the module
+    docstring).
+
+    Raises:
+        ValueError: ``fill`` is not above the default trigger (0.8), so nothing would fire.
+    """
+    if not fill > 0.8:
+        raise ValueError(f"fill: must be above the 0.8 default trigger to fire, got {fill}")
+    history = sit.history
+    prefix = sit.prefix
+    exact_tokens = TiktokenCounter(sit.model_name).count_messages(history)
+    window = math.ceil(exact_tokens / fill)
+    approx_window = math.ceil(count_tokens_approximately(history) / fill)
+
+    def primed_counter() -> TiktokenCounter:
+        """A fresh counter that has counted the history up to the previous call (as the previous call did)."""
+        counter = TiktokenCounter(sit.model_name)
+        counter.count_messages(prefix)
+        return counter
+
+    def compact_setup(i: int) -> tuple[CompactionPolicy, Any]:
+        counter = primed_counter()
+        previous = compact(prefix, CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=counter))
+        return CompactionPolicy(max_input_tokens=window, token_counter=counter), previous.tally
+
+    def compacted(name: str) -> Callable[[Any, Any], None]:
+        def check(arg: Any, result: Any) -> None:
+            _expect(result.compacted and result.fits, f"{name}: did not compact to fit ({result.stop_reason})")
+        return check
+
+    def node_setup(i: int) -> tuple[CompactionNode, dict]:
+        node = CompactionNode(CompactionPolicy(max_input_tokens=window, token_counter=primed_counter()))
+        return node, {"messages": history}
+
+    def node_compacted(arg: Any, out: dict) -> None:
+        last = out["compaction"]["last"]
+        _expect(last["outcome"] == "compacted" and last["fits"] and "messages" in out,
+                f"CompactionNode: did not compact to fit ({last['stop_reason']})")
+
+    def trimmed(msgs: list[BaseMessage], out: list[BaseMessage]) -> None:
+        _expect(len(out) < len(msgs), "trim_messages: trimmed nothing")
+
+    def cleared(msgs: list[BaseMessage], out: list[BaseMessage]) -> None:
+        _expect(any(isinstance(m, ToolMessage) and m.response_metadata.get("context_editing") for m in out),
+                "ClearToolUsesEdit: cleared nothing")
+
+    clear = ClearToolUsesEdit(trigger=int(0.8 * approx_window))
+
+    def apply_clear(msgs: list[BaseMessage]) -> list[BaseMessage]:
+        clear.apply(msgs, count_tokens=count_tokens_approximately)
+        return msgs
+
+    return [
+        Cell("compact(), exact, tally from the previous call", True, compact_setup,
+             lambda arg: compact(history, arg[0], tally=arg[1]), compacted("compact()")),
+        Cell("CompactionNode rewrite, exact", True, node_setup, lambda arg: arg[0].invoke(arg[1]),
+             node_compacted),
+        Cell("trim_messages (last, approximate) to 60% of the window", False, lambda i: list(history),
+             lambda msgs: trim_messages(msgs, strategy="last", max_tokens=int(0.6 * approx_window),
+                                        token_counter=count_tokens_approximately, include_system=True,
+                                        start_on="human", end_on=("human", "tool")),
+             trimmed),
+        Cell("ClearToolUsesEdit.apply (approximate), trigger 80%", False, lambda i: list(history), apply_clear,
+             cleared),
+    ]

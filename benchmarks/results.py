@@ -1,0 +1,271 @@
+"""The targets of issue 7, judged on the measured results, and the Markdown of ``benchmarks/RESULTS.md``.
+
+``results`` is the plain-JSON dict ``run.run_benchmark`` returns. Times are milliseconds per call (medians),
+memory is KiB (peak Python allocation during one call), sizes are messages, errors are fractions of the
+reference (shown as percentages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["HEADLINE", "render", "summary", "targets"]
+
+HEADLINE = "CompactionNode rewrite, exact"
+"""Our row the anchors are compared with in the steady state: what `create_react_agent(pre_model_hook=...)` runs
+by default (rewrite mode, exact counts)."""
+
+SUMMARIZATION = "SummarizationMiddleware.before_model"
+FIRING_CORE = "compact(), exact, tally from the previous call"
+TARGET_SIZE = 2_000
+SPEEDUP_TARGET = 10.0
+GROWTH_TARGET = 2.0
+FIRING_TARGET_MS = 20.0
+ACCURACY_TARGET = 0.01
+
+
+def _ms(x: float) -> str:
+    if x != x:  # NaN
+        return "n/a"
+    if x < 1:
+        return f"{x:.3f}"
+    if x < 10:
+        return f"{x:.2f}"
+    if x < 100:
+        return f"{x:.1f}"
+    return f"{x:,.0f}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}x" if x < 10 else f"{x:.0f}x"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.2f}%"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _cell(results: dict[str, Any], table: str, name: str, size: int, key: str = "median_ms") -> float | None:
+    rows = results[table] if table == "steady" else results["firing"][table]
+    value = rows.get(name, {}).get("by_size", {}).get(str(size), {}).get(key)
+    return float(value) if value is not None else None
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The four targets of issue 7 as ``{"target", "measured", "status"}`` (status "met", "MISSED" or "n/a" when
+    the sizes run do not include the one the target names)."""
+    sizes = results["meta"]["sizes"]
+    out: list[dict[str, str]] = []
+
+    def add(target: str, measured: str, ok: bool | None) -> None:
+        out.append({"target": target, "measured": measured, "status": "n/a" if ok is None else "met" if ok else "MISSED"})
+
+    ours, anchor = _cell(results, "steady", HEADLINE, TARGET_SIZE), _cell(results, "steady", SUMMARIZATION, TARGET_SIZE)
+    if ours and anchor:
+        ratio = anchor / ours
+        add(f"steady state at {TARGET_SIZE:,} messages, exact counts, >= {SPEEDUP_TARGET:.0f}x faster than "
+            f"{SUMMARIZATION}", f"{_ratio(ratio)} ({_ms(ours)} ms vs {_ms(anchor)} ms)", ratio >= SPEEDUP_TARGET)
+    else:
+        add(f"steady state >= {SPEEDUP_TARGET:.0f}x faster than {SUMMARIZATION}", f"size {TARGET_SIZE} not run", None)
+    small, large = min(sizes), max(sizes)
+    lo, hi = _cell(results, "steady", HEADLINE, small), _cell(results, "steady", HEADLINE, large)
+    if lo and hi and large > small:
+        growth = hi / lo
+        add(f"steady state grows with new messages only: {large:,}-message figure within {GROWTH_TARGET:.0f}x of "
+            f"the {small:,}-message one", f"{_ratio(growth)} ({_ms(hi)} ms vs {_ms(lo)} ms)",
+            growth <= GROWTH_TARGET)
+    else:
+        add("steady state growth", "a single size was run", None)
+    fired = [v for f in results["firing"] if (v := _cell(results, f, FIRING_CORE, TARGET_SIZE)) is not None]
+    if fired:
+        add(f"a compaction without LLM at {TARGET_SIZE:,} messages under {FIRING_TARGET_MS:.0f} ms (compact(), "
+            f"fills {', '.join(results['firing'])})", " / ".join(f"{_ms(v)} ms" for v in fired),
+            max(fired) < FIRING_TARGET_MS)
+    else:
+        add(f"compaction under {FIRING_TARGET_MS:.0f} ms", f"size {TARGET_SIZE} not run", None)
+    acc = results.get("accuracy")
+    if acc:
+        first = next(r for r in acc["rows"] if r["counter"].startswith("TiktokenCounter"))
+        add(f"exact counter within {100 * ACCURACY_TARGET:.0f}% of the tiktoken chat-format count "
+            f"({first['reference']}) on every conversation",
+            f"{first['within_1pct']}/{first['conversations']} conversations; median {_pct(first['median'])}, "
+            f"worst {_pct(first['worst'])}", first["within_1pct"] == first["conversations"])
+    return out
+
+
+def _time_table(results: dict[str, Any], table: dict[str, Any], sizes: list[int], key: str,
+                fmt: Any) -> list[str]:
+    header = ["", *(f"{s:,}" for s in sizes)]
+    growth = len(sizes) > 1
+    if growth:
+        header.append(f"{max(sizes):,} / {min(sizes):,}")
+    rows = []
+    for name, row in table.items():
+        values = [row["by_size"].get(str(s), {}).get(key) for s in sizes]
+        line = [f"**{name}**" if row["ours"] else name, *(fmt(v) if v is not None else "n/a" for v in values)]
+        if growth:
+            line.append(_ratio(values[-1] / values[0]) if values[0] and values[-1] is not None else "n/a")
+        rows.append(line)
+    return _table(header, rows)
+
+
+def _ratio_table(table: dict[str, Any], sizes: list[int], ours: str) -> list[str]:
+    base = table.get(ours, {}).get("by_size", {})
+    rows = []
+    for name, row in table.items():
+        if row["ours"]:
+            continue
+        cells = []
+        for s in sizes:
+            a, b = row["by_size"].get(str(s), {}).get("median_ms"), base.get(str(s), {}).get("median_ms")
+            cells.append(_ratio(a / b) if a and b else "n/a")
+        rows.append([name, *cells])
+    return _table(["anchor / ours", *(f"{s:,}" for s in sizes)], rows)
+
+
+def _kib(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def render(results: dict[str, Any], *, command: str) -> str:
+    """The Markdown of RESULTS.md for ``results`` (``command``: how it was generated, shown at the top)."""
+    meta = results["meta"]
+    sizes: list[int] = meta["sizes"]
+    has_memory = any("peak_kib" in c for row in results["steady"].values() for c in row["by_size"].values())
+    lines = [
+        "# Benchmarks: compaction per model call, side by side with LangChain",
+        "",
+        f"Generated by `{command}` on {meta['date']} in {meta['elapsed_s']:.0f} s. Do not edit by hand: run the "
+        "command again (see `docs/readme/benchmarks.md`).",
+        "",
+        "Times are milliseconds per call, the median of the timed samples (after warm-ups); **bold rows are lc-compaction**, the others LangChain's anchors on the same histories in "
+        "the same process. Nothing here is asserted by tests; the targets below are measured.",
+        "",
+        "## Machine",
+        "",
+        *_table(["", ""], [
+            ["platform", meta["platform"]], ["CPU", meta["cpu"]],
+            ["cores", f"{meta['cores']} logical ({meta['usable_cores']} usable by this process)"],
+            ["Python", meta["python"]],
+            ["load average (1/5/15 min) before / after", f"{meta.get('load_before')} / {meta.get('load_after')} "
+                                                         f"(on {meta['usable_cores']} cores; other work on the "
+                                                         "machine adds noise to every figure)"],
+            ["packages", ", ".join(f"{k} {v}" for k, v in meta["packages"].items())],
+            ["settings", f"up to {meta['repeat']} samples per steady-state cell ({max(1, meta['repeat'] // 3)} when "
+                         f"firing), {meta['warmup']} warm-ups, {meta['budget_s']} s per cell, encoding for "
+                         f"{meta['model_name']}"],
+        ]),
+        "## Targets (issue 7)",
+        "",
+        *_table(["target", "measured", "status"], [[t["target"], t["measured"], t["status"]] for t in results["targets"]]),
+        "## Histories",
+        "",
+        f"The {meta['conversations']} shared conversations (`{meta['traces']}`) joined round-robin across files "
+        "into one session (first system prompt only, message and tool call ids made unique, the join repeated "
+        "as needed), cut at a model call, then the exchange added since the previous call: the same at every "
+        f"size, the session's median tool exchange (`{meta['exchange']['first_id']}`: "
+        f"{meta['exchange']['messages']} messages, {meta['exchange']['tool_calls']} tool call(s), "
+        f"{meta['exchange']['tokens']:,} tokens), relabeled for every sample.",
+        "",
+        *_table(["size", "messages", "user / tool messages", "tokens (exact)",
+                 "tokens (count_tokens_approximately)"],
+                [[f"{h['size']:,}", f"{h['messages']:,}", f"{h['user_messages']:,} / "
+                  f"{h['tool_messages']:,}", f"{h['tokens_exact']:,}", f"{h['tokens_count_tokens_approximately']:,}"]
+                 for h in results["histories"]]),
+        "## Steady state: one model call, nothing to compact",
+        "",
+        "The history grew by one exchange since the previous call; our front doors carry what they stored "
+        "at that call (graph-state memory, per-message count cache). Median ms per call, and the growth from the "
+        "smallest to the largest history:",
+        "",
+        *_time_table(results, results["steady"], sizes, "median_ms", _ms),
+        f"Anchor time over ours ({HEADLINE}); above 1x means ours is faster:",
+        "",
+        *_ratio_table(results["steady"], sizes, HEADLINE),
+    ]
+    state_rows = [[name, *(f"{row['by_size'].get(str(s), {}).get('state_bytes', 0):,}" for s in sizes)]
+                  for name, row in results["steady"].items() if row["ours"]]
+    lines += ["Bytes of JSON our front doors keep in graph state between calls (checkpointed at every step):", "",
+              *_table(["", *(f"{s:,}" for s in sizes)], state_rows)]
+    if has_memory:
+        lines += ["Peak Python memory allocated during one call, KiB (tracemalloc):", "",
+                  *_time_table(results, results["steady"], sizes, "peak_kib", _kib)]
+    lines += ["## Compaction when it fires (no LLM)", "",
+              "The window is set so the history is at `fill` times it (default policy: trigger 80%, target 60%, "
+              "keep 2 turns). Our counter has counted the history up to the previous call (as that call did); "
+              "`trim_messages` trims to 60% of the window, `ClearToolUsesEdit` triggers at 80% (their windows "
+              "scaled by their own counter).", ""]
+    for fill, table in results["firing"].items():
+        lines += [f"### fill {fill}", "", "Median ms per call:", "", *_time_table(results, table, sizes, "median_ms", _ms)]
+        if has_memory:
+            lines += ["Peak KiB during one call:", "", *_time_table(results, table, sizes, "peak_kib", _kib)]
+    acc = results.get("accuracy")
+    if acc:
+        facts = acc["facts"]
+        text = facts["text_only"]
+        lines += ["## Counting accuracy", "",
+                  f"Every shared conversation ({facts['conversations']}, {facts['messages']:,} messages, "
+                  f"{facts['tool_calls']:,} tool calls), counted whole, against tiktoken ({facts['encoding']}) on "
+                  "the OpenAI chat format by the OpenAI cookbook's rule (3 tokens a message + role + content + "
+                  "name, 3 for the reply priming). Tool calls are not covered by the cookbook; three conventions "
+                  "(see `benchmarks/accuracy.py`): the whole `tool_calls` JSON as in the request body (the "
+                  "target's), name + recorded arguments + 3, and name + arguments as ChatOpenAI serializes them + 3. "
+                  "Error = (counter - reference) / reference.", "",
+                  *_table(["counter", "reference", "median error", "worst error", "within 1%"],
+                          [[r["counter"], r["reference"], _pct(r["median"]), _pct(r["worst"]),
+                            f"{r['within_1pct']}/{r['conversations']}"] for r in acc["rows"]]),
+                  f"Messages without tool calls ({text['messages']:,} messages, {text['tokens']:,} tokens), compared "
+                  f"one by one: the exact counter differs on {text['differing']} of them, by "
+                  f"{text['abs_diff_tokens']:,} tokens in all.", ""]
+    if results["profiles"]:
+        lines += ["## Where the time goes (cProfile)", "",
+                  "cProfile slows small Python calls down, so its totals exceed the medians above; read the shares.",
+                  ""]
+        for prof in results["profiles"]:
+            lines += [f"### {prof['title']}", "",
+                      f"{prof['total_ms']:.1f} ms per call under cProfile ({prof['calls']} calls). lc-compaction's "
+                      "functions by cumulative share (callees included):", "",
+                      *_table(["function", "calls per call", "cumulative", "own"],
+                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['cum_pct']:.1f}%", f"{r['own_pct']:.1f}%"]
+                               for r in prof["ours"]]),
+                      "All functions by own share:", "",
+                      *_table(["function", "calls per call", "own", "cumulative"],
+                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['own_pct']:.1f}%", f"{r['cum_pct']:.1f}%"]
+                               for r in prof["own"]])]
+    lines += ["## How it is measured", "",
+              "- Steady state: the front doors are primed by a real call at the previous model call; each sample "
+              "relabels the exchange added since (fresh message and tool call ids), so every sample counts new "
+              "messages, as a real next call does. Nodes are called with `node.invoke(state)` as LangGraph calls "
+              "them; middlewares with `wrap_model_call(request, handler)` / `before_model(state, runtime)` and a "
+              "handler that returns a canned reply. Every call is checked not to have compacted.",
+              "- Firing: a fresh counter per sample, primed on the history up to the previous call; `compact()` gets "
+              "that call's `tally`; the node gets what it stores (its memory holds no tally). Every call is checked "
+              "to have compacted and to fit.",
+              "- Anchors: `SummarizationMiddleware` with a `GenericFakeChatModel` and `trigger=(\"tokens\", 10**9)`; "
+              "`trim_messages(strategy=\"last\", token_counter=count_tokens_approximately, include_system=True, "
+              "start_on=\"human\", end_on=(\"human\", \"tool\"))`; `ClearToolUsesEdit.apply(messages, "
+              "count_tokens=count_tokens_approximately)` on a list copy; `ContextEditingMiddleware.wrap_model_call` "
+              "(which deep-copies the messages first); `TiktokenCounter(cache_size=0).count_messages`.",
+              "- Growth is the largest size's median over the smallest size's.",
+              ""]
+    return "\n".join(lines)
+
+
+def summary(results: dict[str, Any]) -> str:
+    """A few lines for the terminal: per size, our headline steady state, SummarizationMiddleware and their
+    ratio, our firing compaction (ms, medians); then the targets."""
+    lines = ["size      ours steady   Summarization   anchor/ours   compact() fill " + " / ".join(results["firing"])]
+    for size in results["meta"]["sizes"]:
+        ours, anchor = _cell(results, "steady", HEADLINE, size), _cell(results, "steady", SUMMARIZATION, size)
+        fired = [_cell(results, f, FIRING_CORE, size) for f in results["firing"]]
+        lines.append(f"{size:>6,}  {_ms(ours or float('nan')):>9} ms  {_ms(anchor or float('nan')):>10} ms  "
+                     f"{_ratio(anchor / ours) if ours and anchor else 'n/a':>10}   "
+                     + " / ".join(f"{_ms(v)} ms" if v is not None else "n/a" for v in fired))
+    lines += [f"{t['status']:>7}  {t['target']}: {t['measured']}" for t in results["targets"]]
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""The benchmark (benchmarks/run.py) runs end to end, and its inputs and reference are what RESULTS.md says.
+
+- The one command, at a tiny size, writes a RESULTS file with every section, every row of ours and of the
+  anchors, the four targets, and the machine; nothing about speed is asserted (figures vary by machine).
+- The joined session is the shared conversations in order (checked against the oracle's own loader), a valid
+  history (the oracle's structural checks), with unique message and tool call ids across repeated joins.
+- The accuracy reference reproduces the OpenAI cookbook's published counts, and its "as ChatOpenAI sends"
+  convention is what a real `ChatOpenAI` puts on the wire (captured by a local server on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage, convert_to_messages
+from langchain_openai import ChatOpenAI
+
+from benchmarks.accuracy import REFERENCES, reference_tokens
+from benchmarks.cells import Situation, grown
+from benchmarks.session import build_session, call_points, cut_at, interleaved_records, typical_exchange
+from lc_compaction._offline import ensure_encoding
+from tests.agent_replay import ScriptedOpenAIServer
+from tests.oracle import check_all_structural, load_traces, shared_dir, trace_files
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = shared_dir() / "traces"
+
+SECTIONS = ("## Machine", "## Targets (issue 7)", "## Histories", "## Steady state", "## Compaction when it fires",
+            "### fill 0.85", "### fill 2.0", "## Counting accuracy", "## Where the time goes", "## How it is measured")
+OURS_STEADY = ("CompactionNode rewrite, exact", "CompactionNode view, exact", "CompactionMiddleware rewrite, exact",
+               "CompactionNode rewrite, approximate")
+ANCHORS_STEADY = ("SummarizationMiddleware.before_model", "trim_messages (last, approximate)",
+                  "ClearToolUsesEdit.apply (approximate)", "ContextEditingMiddleware.wrap_model_call",
+                  "exact recount (TiktokenCounter, no cache)")
+
+
+def _conversation_count() -> int:
+    return sum(1 for path in trace_files() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--sizes", "60", "--repeat", "1", "--warmup", "0", "--budget", "0",
+         "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (out / "RESULTS.md").read_text(encoding="utf-8"), json.loads((out / "results.json").read_text())
+
+
+def test_one_command_writes_every_section(run):
+    markdown, _ = run
+    positions = [markdown.find(s) for s in SECTIONS]
+    assert -1 not in positions, [s for s, p in zip(SECTIONS, positions) if p == -1]
+    assert positions == sorted(positions)
+    for name in (*OURS_STEADY, *ANCHORS_STEADY):
+        assert name in markdown
+
+
+def test_every_row_was_measured_at_the_size_asked(run):
+    _, results = run
+    assert results["meta"]["sizes"] == [60]
+    assert [h["size"] for h in results["histories"]] == [60]
+    assert 50 <= results["histories"][0]["messages"] <= 60
+    assert set(results["steady"]) == {*OURS_STEADY, *ANCHORS_STEADY}
+    assert {n for n, row in results["steady"].items() if row["ours"]} == set(OURS_STEADY)
+    for fill in ("0.85", "2.0"):
+        assert len(results["firing"][fill]) == 4
+        assert sum(row["ours"] for row in results["firing"][fill].values()) == 2
+    for table in (results["steady"], *results["firing"].values()):
+        for name, row in table.items():
+            cell = row["by_size"]["60"]
+            assert cell["n"] >= 1 and cell["median_ms"] > 0 and cell["peak_kib"] >= 0, name
+
+
+def test_targets_and_machine_are_reported(run):
+    markdown, results = run
+    statuses = [t["status"] for t in results["targets"]]
+    assert len(statuses) == 4
+    assert statuses[:3] == ["n/a", "n/a", "n/a"]  # 2,000 and 8,000 messages were not run
+    assert statuses[3] in ("met", "MISSED")
+    meta = results["meta"]
+    assert meta["cpu"] and meta["cores"] >= 1 and meta["python"].startswith(sys.version.split()[0])
+    assert meta["packages"]["langchain-core"] != "not installed"
+    assert meta["date"][:4] in markdown.split("## Machine")[0]
+
+
+def test_accuracy_covers_every_shared_conversation(run):
+    _, results = run
+    rows = results["accuracy"]["rows"]
+    assert len(rows) == 3 * len(REFERENCES)
+    assert {r["conversations"] for r in rows} == {_conversation_count()}
+    facts = results["accuracy"]["facts"]
+    assert facts["messages"] == sum(len(m) for _, m in load_traces())
+
+
+def test_session_joins_the_conversations_in_order():
+    expected = load_traces()  # the oracle's loader: (conversation id, messages), file by file
+    by_file: dict[str, list] = {}
+    for conv_id, messages in expected:
+        by_file.setdefault(conv_id.split("/", 1)[0], []).append(messages)
+    # round-robin across the files (sorted by name), first system prompt only
+    order, lists = [], list(by_file.values())
+    for i in range(max(len(x) for x in lists)):
+        order += [x[i] for x in lists if i < len(x)]
+    flat = [m for k, conv in enumerate(order) for m in conv if k == 0 or not isinstance(m, SystemMessage)]
+    session = build_session(interleaved_records(TRACES), 2 * len(flat))
+    assert [(m.type, m.text) for m in session[: len(flat)]] == [(m.type, m.text) for m in flat]
+    assert [(m.type, m.text) for m in session[len(flat): 2 * len(flat) - 1]] == \
+        [(m.type, m.text) for m in flat[1:]]  # the second pass: the same without the system prompt
+    assert sum(isinstance(m, SystemMessage) for m in session) == 1
+
+
+def test_benchmark_histories_are_valid_with_unique_ids():
+    session = build_session(interleaved_records(TRACES), 6_500)  # two passes and more
+    exchange = typical_exchange(session)
+    assert isinstance(exchange[0], AIMessage) and exchange[0].tool_calls
+    assert all(isinstance(m, ToolMessage) for m in exchange[1:])
+    points = call_points(session)
+    for size in (250, 3_000, 6_000):
+        sit = Situation(session[: cut_at(points, size - len(exchange))], exchange, "gpt-4o")
+        for sample in (0, 1):
+            history = grown(sit, sample)
+            assert len(history) <= size
+            check_all_structural(history, history)  # ids present and unique, tool pairing, order
+            call_ids = [tc["id"] for m in history if isinstance(m, AIMessage) for tc in m.tool_calls]
+            assert len(call_ids) == len(set(call_ids))
+    first, second = grown(sit, 0)[-len(exchange):], grown(sit, 1)[-len(exchange):]
+    assert not {m.id for m in first} & {m.id for m in second}  # each sample meets new messages
+
+
+COOKBOOK = [  # OpenAI cookbook, How_to_count_tokens_with_tiktoken, section 6
+    {"role": "system", "content": "You are a helpful, pattern-following assistant that translates corporate jargon "
+                                  "into plain English."},
+    {"role": "system", "name": "example_user", "content": "New synergies will help drive top-line growth."},
+    {"role": "system", "name": "example_assistant", "content": "Things working well together will increase revenue."},
+    {"role": "system", "name": "example_user", "content": "Let's circle back when we have more bandwidth to touch "
+                                                         "base on opportunities for increased leverage."},
+    {"role": "system", "name": "example_assistant", "content": "Let's talk later when we're less busy about how to "
+                                                              "do better."},
+    {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the client "
+                                "deliverable."},
+]
+
+
+@pytest.mark.parametrize(("encoding", "published"), [("o200k_base", 124), ("cl100k_base", 129)])
+def test_reference_reproduces_the_cookbook_published_counts(encoding, published):
+    # "124 prompt tokens counted by the OpenAI API" for gpt-4o / gpt-4o-mini, 129 for gpt-4 / gpt-3.5-turbo
+    for convention in REFERENCES:  # no tool calls: the conventions agree
+        assert reference_tokens(COOKBOOK, ensure_encoding(encoding), convention) == published
+
+
+@pytest.mark.parametrize("conv_id", ["tau-bench/gpt-4o-airline/task011-trial2",  # compact recorded arguments
+                                     "agentdojo/gpt-3.5-turbo-0125/slack/user_task_13"])  # parallel calls
+def test_chatopenai_convention_is_what_chatopenai_sends(conv_id):
+    record = next(r for r in interleaved_records(TRACES) if r.id == conv_id)
+    messages = convert_to_messages(record.messages)
+    with ScriptedOpenAIServer() as server:
+        ChatOpenAI(model="gpt-4o", base_url=server.base_url, api_key="sk-test", max_retries=0).invoke(messages)
+    wire = server.requests[0]["messages"]
+    enc = ensure_encoding("o200k_base")
+    sent = reference_tokens(wire, enc, "name + args (recorded)")  # the arguments as they were on the wire
+    assert reference_tokens(record.messages, enc, "name + args (as ChatOpenAI sends)") == sent
+    assert [m["role"] for m in wire] == [m["role"] for m in record.messages]
+    if conv_id.startswith("tau-bench"):  # the recording's compact JSON is re-serialized with spaces
+        assert reference_tokens(record.messages, enc, "name + args (recorded)") < sent
