@@ -263,7 +263,7 @@ class _Run:
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
                                  goal_messages=self.goal_messages, pass_name="soft")
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
-        protect(slots, keep_from, pinned)
+        protect(slots, keep_from, pinned, self.state.steps())
 
     def over_budget(self) -> bool:
         st = self.state
@@ -284,10 +284,10 @@ class _Run:
         st = self.state
         assert st is not None
         msgs = st.messages
-        steps = split_steps(msgs)
+        steps = st.steps()
         keep_from = steps[-1].start if steps and steps[-1].kind == "assistant" else len(msgs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
-        protect(st.slots, keep_from, pinned)
+        protect(st.slots, keep_from, pinned, steps)
         st.pass_name = "hard" if self.over_budget() else "relaxed"
 
     def last_resort(self) -> None:

@@ -17,6 +17,7 @@ from lc_compaction.markers import is_summary
 from lc_compaction.structure import (
     CompactionInvariantError,
     Step,
+    call_ids,
     check_invariants,
     is_request,
     split_exchanges,
@@ -92,7 +93,11 @@ class LadderState:
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
         self._total = fixed_tokens + sum(s.tokens for s in slots)
-        self._checked_at = 0  # len(self.actions) when last checked: the ladder validates its input first
+        # The structure (message types, tool-call ids, order) changes only through remove / put_summary;
+        # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
+        self._shape = 0  # incremented on every structural change
+        self._checked_shape = 0  # the ladder validates its input before the first strategy
+        self._steps: tuple[int, list[Step]] | None = None
 
     # -------------------------------------------------------------- reading
     @property
@@ -120,7 +125,10 @@ class LadderState:
         return self.slots[i].pinned or self.slots[i].kept
 
     def steps(self) -> list[Step]:
-        return split_steps(self.messages)
+        """The steps of the current history (`structure.split_steps`), cached until the structure changes."""
+        if self._steps is None or self._steps[0] != self._shape:
+            self._steps = (self._shape, split_steps(self.messages))
+        return self._steps[1]
 
     def removable_exchanges(self) -> list[tuple[bool, list[Step]]]:
         """Oldest first: for each exchange, (whole, steps a strategy may remove or summarize).
@@ -132,7 +140,7 @@ class LadderState:
         """
         msgs = self.messages
         out: list[tuple[bool, list[Step]]] = []
-        for ex in split_exchanges(split_steps(msgs)):
+        for ex in split_exchanges(self.steps()):
             free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)
                     and not (s.kind == "summary")]
             if not free:
@@ -155,6 +163,10 @@ class LadderState:
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "") -> int:
         """Put `message` in place of message `i` (same position); record it; return the tokens saved."""
         old = self.slots[i]
+        if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
+                != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
+            raise CompactionInvariantError(
+                f"{strategy} replaced message {i} with one of another type or other tool-call ids")
         tokens = self.counter.count_message(message)
         saved = old.tokens - tokens
         self._total -= saved
@@ -176,6 +188,7 @@ class LadderState:
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         self.removed.extend(self.slots[i].message for i in sorted(drop))
         self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
         return saved
@@ -202,6 +215,7 @@ class LadderState:
             if i not in keep:
                 new.append(s)
         self.slots = new
+        self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "summarized", ids, saved, detail))
         return saved
@@ -209,16 +223,17 @@ class LadderState:
     def check(self, after: str) -> None:
         """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation.
 
-        Skipped when nothing changed since the last check (the list is the same)."""
-        if self._checked_at == len(self.actions):
+        Skipped when the structure did not change since the last check (`replace` verifies that it keeps it)."""
+        if self._checked_shape == self._shape:
             return
-        self._checked_at = len(self.actions)
+        self._checked_shape = self._shape
         violations = check_invariants(self.messages)
         if violations:
             raise CompactionInvariantError(f"after {after}: " + "; ".join(str(v) for v in violations[:5]))
 
 
-def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool]) -> None:
+def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
+            steps: list[Step] | None = None) -> None:
     """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
 
     Pinned: leading system messages, the first and the latest request, caller pins, the first assistant
@@ -227,7 +242,7 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool])
     message. Kept: every message from `keep_from` on, moved back to the start of its step.
     """
     msgs = [s.message for s in slots]
-    steps = split_steps(msgs)
+    steps = split_steps(msgs) if steps is None else steps
     n = len(slots)
     for s in slots:
         s.pinned = False

@@ -267,7 +267,7 @@ class CompactionPolicy:
     def is_pinned_by_caller(self, message: BaseMessage) -> bool:
         """True when the caller pinned the message (the `pin` setting or `pin_message`), or when it is a
         mid-history SystemMessage sent as a HumanMessage (an instruction: it is kept like the system prompt)."""
-        if is_pinned_mark(message) or is_converted_system(message):
+        if message.additional_kwargs and (is_pinned_mark(message) or is_converted_system(message)):
             return True
         if self.pin is None:
             return False

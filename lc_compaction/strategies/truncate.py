@@ -116,6 +116,9 @@ class TruncateToolResults:
             if not state.over_goal():
                 return
             old = state.slots[i]
+            content = old.message.content
+            if isinstance(content, str) and len(content) <= self.preview_chars + 120:
+                continue  # the note (preview plus about 120 characters) would not be smaller
             new = self.truncated(old.message)  # type: ignore[arg-type]
             if state.counter.count_message(new) >= old.tokens:
                 continue  # the note would not be smaller
