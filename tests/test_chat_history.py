@@ -352,6 +352,8 @@ def test_reads_are_stable_and_cost_only_the_new_messages() -> None:
     _, calls = conversation(TAU)
     for inputs, output in calls[:20]:
         history.add_messages([*inputs, output])
+    if calls[19][1].tool_calls:  # close the open tool call with its recorded results, so a user turn may follow
+        history.add_messages([m for m in calls[20][0] if isinstance(m, ToolMessage)])
     first = history.messages
     assert history.last_result is not None and history.last_result.compacted
     before = counter.cache_info()
