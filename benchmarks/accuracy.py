@@ -7,16 +7,18 @@ OpenAI cookbook's rule ("How to count tokens with tiktoken", ``num_tokens_from_m
 reply priming. The cookbook does not cover tool calls, and OpenAI does not publish how it renders them, so three
 conventions are reported:
 
-- **"tool calls as JSON"** (the target's reference): an assistant message's ``tool_calls`` list costs the tokens
+- **"tool calls as JSON"**: an assistant message's ``tool_calls`` list costs the tokens
   of its JSON as it is sent in the request body (``json.dumps(tool_calls, separators=(",", ":"),
   ensure_ascii=False)``: ids, ``"type":"function"``, name and the arguments string with its quotes escaped).
 - **"name + args (recorded)"**: each call costs its name + its ``arguments`` string as recorded + 3 tokens, the
   rule ``hmarr/openai-chat-tokens`` fitted against the API's ``prompt_tokens`` (lc-compaction's exact counter
   follows it, see ``lc_compaction.tokens.TOOL_CALL_OVERHEAD_TOKENS``); ids are not counted.
-- **"name + args (as ChatOpenAI sends)"**: the same, with the arguments as LangChain's ``ChatOpenAI`` puts them on
+- **"name + args (as ChatOpenAI sends)"** (the target's reference): the same, with the arguments as LangChain's ``ChatOpenAI`` puts them on
   the wire: ``json.dumps(args, ensure_ascii=False)`` of the parsed arguments (``langchain_openai.chat_models.base.
   _lc_tool_call_to_openai_tool_call``), i.e. what a LangChain agent is billed for. It differs from the recorded
-  string when the model emitted compact JSON (tau-bench's gpt-4o did: ``{"user_id":"..."}``).
+  string when the model emitted compact JSON (tau-bench's gpt-4o did: ``{"user_id":"..."}``). It is the target's
+  reference because it is what a LangChain agent sends, and the one fitted against the API's billing; the JSON
+  convention also counts tool-call ids and ``"type"`` fields that are not rendered to the model as text.
 
 ``tool_call_id`` is counted in none (the cookbook's loop would count every string field, but the id is not
 rendered to the model as text).
@@ -60,7 +62,7 @@ CALL_TOKENS = 3
 """Tokens per tool call besides its name and arguments under the "name + args" conventions
 [hmarr/openai-chat-tokens, messageTokensEstimate]."""
 
-REFERENCES = ("tool calls as JSON", "name + args (recorded)", "name + args (as ChatOpenAI sends)")
+REFERENCES = ("name + args (as ChatOpenAI sends)", "name + args (recorded)", "tool calls as JSON")
 """The reference conventions (see the module docstring); the first is the target's."""
 
 

@@ -214,8 +214,9 @@ def render(results: dict[str, Any], *, command: str) -> str:
                   f"{facts['tool_calls']:,} tool calls), counted whole, against tiktoken ({facts['encoding']}) on "
                   "the OpenAI chat format by the OpenAI cookbook's rule (3 tokens a message + role + content + "
                   "name, 3 for the reply priming). Tool calls are not covered by the cookbook; three conventions "
-                  "(see `benchmarks/accuracy.py`): the whole `tool_calls` JSON as in the request body (the "
-                  "target's), name + recorded arguments + 3, and name + arguments as ChatOpenAI serializes them + 3. "
+                  "(see `benchmarks/accuracy.py`): name + arguments as ChatOpenAI serializes them + 3 (the target's: what a "
+                  "LangChain agent sends), name + recorded arguments + 3, and the whole `tool_calls` JSON as in the "
+                  "request body (ids and type fields included). "
                   "Error = (counter - reference) / reference.", "",
                   *_table(["counter", "reference", "median error", "worst error", "within 1%"],
                           [[r["counter"], r["reference"], _pct(r["median"]), _pct(r["worst"]),

@@ -467,6 +467,10 @@ class _MessageCache:
             raise ValueError(f"cache_size must be a non-negative integer, got {maxsize!r}")
         self.maxsize = maxsize
         self._data: OrderedDict[tuple[Any, ...], tuple[Any, Any, Any, int]] = OrderedDict()
+        # Fast path for the same message object seen again (most of a history, call after call): keyed by
+        # id(message), valid only while the message still holds the very same str content (immutable) and
+        # name, and calls no tool; anything else takes the validated path above.
+        self._same: dict[int, tuple[type, str, Any, Any, int]] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -500,6 +504,23 @@ class _MessageCache:
             with self._lock:
                 self.misses += 1
             return compute(message)
+        content = message.content
+        same = self._same.get(id(message))
+        if (same is not None and same[1] is content and same[0] is type(message) and same[2] == message.name
+                and same[3] == message.id):
+            with self._lock:
+                self.hits += 1
+            return same[4]
+        count = self._lookup(message, compute)
+        if isinstance(content, str) and not (isinstance(message, AIMessage)
+                                              and (message.tool_calls or message.invalid_tool_calls)):
+            with self._lock:
+                if len(self._same) >= self.maxsize:
+                    self._same.clear()
+                self._same[id(message)] = (type(message), content, message.name, message.id, count)
+        return count
+
+    def _lookup(self, message: BaseMessage, compute: Callable[[BaseMessage], int]) -> int:
         role = _role(message)
         parts = self._parts(message)
         key = self._key(message, role, parts)
@@ -537,6 +558,7 @@ class _MessageCache:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._same.clear()
             self.hits = 0
             self.misses = 0
 
