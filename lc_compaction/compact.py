@@ -42,7 +42,6 @@ from lc_compaction.structure import (
     normalize_system_messages,
     is_request,
     repair_history,
-    split_steps,
 )
 from lc_compaction.strategies.truncate import content_text
 

@@ -8,7 +8,7 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
@@ -138,7 +138,6 @@ class LadderState:
         or one whose exchange holds a protected message), only the steps after it are listed, and they may
         go one at a time. Summary messages are never listed (the summarizer replaces them itself).
         """
-        msgs = self.messages
         out: list[tuple[bool, list[Step]]] = []
         for ex in split_exchanges(self.steps()):
             free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)

@@ -24,31 +24,36 @@ Per-message results are cached (bounded LRU), so counting a history that grew by
 
 from __future__ import annotations
 
-import base64
-import binascii
-import copy
 import json
 import math
 import re
-import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    FunctionMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import BaseMessage, HumanMessage
 
+from lc_compaction._count_cache import _MessageCache, _role
+from lc_compaction._images import (  # the IMAGE_* constants are re-exported: part of this module's API
+    IMAGE_BASE_TOKENS,
+    IMAGE_FIT_PX,
+    IMAGE_LOW_DETAIL_TOKENS,
+    IMAGE_MAX_TOKENS,
+    IMAGE_SHORT_SIDE_PX,
+    IMAGE_TILE_PX,
+    IMAGE_TILE_TOKENS,
+    _image_dimensions,
+    image_tokens,
+)
 from lc_compaction._offline import EncodingUnavailableError, ensure_encoding
 
 __all__ = [
+    "IMAGE_BASE_TOKENS",
+    "IMAGE_FIT_PX",
+    "IMAGE_LOW_DETAIL_TOKENS",
+    "IMAGE_MAX_TOKENS",
+    "IMAGE_SHORT_SIDE_PX",
+    "IMAGE_TILE_PX",
+    "IMAGE_TILE_TOKENS",
     "ApproximateCounter",
     "CallableCounter",
     "EncodingUnavailableError",
@@ -85,33 +90,6 @@ REPLY_PRIMING_TOKENS = 3
 TOOL_CALL_OVERHEAD_TOKENS = 3
 """Tokens per tool call besides its name and arguments.  OpenAI does not publish this; 3 is the value fitted
 against the API by [hmarr] for function-call messages (an estimate, not exact)."""
-
-IMAGE_LOW_DETAIL_TOKENS = 85
-"""Cost of an image sent with ``detail: "low"``, whatever its size [vision]."""
-
-IMAGE_BASE_TOKENS = 85
-"""Fixed part of a high-detail image's cost [vision]."""
-
-IMAGE_TILE_TOKENS = 170
-"""Cost of each 512px tile of a high-detail image [vision]."""
-
-IMAGE_TILE_PX = 512
-"""Side of a tile, pixels [vision]."""
-
-IMAGE_FIT_PX = 2048
-"""High-detail images are first scaled down to fit in a square of this side, pixels [vision]."""
-
-IMAGE_SHORT_SIDE_PX = 768
-"""...then scaled down so that their shortest side is at most this, pixels [vision]."""
-
-IMAGE_MAX_TOKENS = IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * (
-    math.ceil(IMAGE_SHORT_SIDE_PX / IMAGE_TILE_PX) * math.ceil(IMAGE_FIT_PX / IMAGE_TILE_PX)
-)
-"""The largest value of the [vision] formula: after scaling, the long side is at most 2048px (4 tiles) and the
-short side at most 768px (2 tiles), so at most 8 tiles: 85 + 170 * 8 = 1445 tokens.  Used for an image whose size
-cannot be read (a URL, a file id, an unknown format).  Other providers' rules give similar bounds (Anthropic:
-about width * height / 750, at most about 1,600 tokens), but OpenAI's patch-based models (gpt-4.1-mini/nano,
-o4-mini: up to 1,536 patches times a model multiplier) can bill more; this is OpenAI's tile rule only."""
 
 FILE_BLOCK_TOKENS = 1_000
 """Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
@@ -231,130 +209,6 @@ def encoding_name_for_model(model_name: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Images
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def image_tokens(width: int, height: int, *, detail: str | None = "high") -> int:
-    """Tokens of one image of ``width`` x ``height`` pixels under OpenAI's rule [vision].
-
-    ``detail="low"`` costs 85.  Otherwise (``"high"``, ``"auto"``, ``None``: counted as high, the larger) the image
-    is scaled down to fit in 2048x2048, then down so its shortest side is at most 768px (never up), and costs
-    85 + 170 per 512px tile covering it; at most :data:`IMAGE_MAX_TOKENS` (1445).
-
-    Raises:
-        ValueError: ``width`` or ``height`` is not a positive integer.
-    """
-    if detail == "low":
-        return IMAGE_LOW_DETAIL_TOKENS
-    if not (isinstance(width, int) and isinstance(height, int)) or width <= 0 or height <= 0:
-        raise ValueError(f"image width and height must be positive integers, got {width!r} x {height!r}")
-    w, h = float(width), float(height)
-    if max(w, h) > IMAGE_FIT_PX:
-        scale = IMAGE_FIT_PX / max(w, h)
-        w, h = w * scale, h * scale
-    if min(w, h) > IMAGE_SHORT_SIDE_PX:
-        scale = IMAGE_SHORT_SIDE_PX / min(w, h)
-        w, h = w * scale, h * scale
-    w_px, h_px = max(1, round(w)), max(1, round(h))
-    tiles = math.ceil(w_px / IMAGE_TILE_PX) * math.ceil(h_px / IMAGE_TILE_PX)
-    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
-
-
-_HEADER_B64_CHARS = 512
-"""Base64 characters decoded to read an image header (384 bytes): enough for PNG, GIF and WebP headers."""
-
-_JPEG_MAX_SEGMENTS = 64
-"""JPEG segments skipped at most while looking for the frame header (SOFn) before giving up."""
-
-_JPEG_SOF_MARKERS = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
-
-
-class _B64Window:
-    """Random access to the bytes of a base64 string, decoding only the 4-character groups asked for."""
-
-    __slots__ = ("_s",)
-
-    def __init__(self, s: str) -> None:
-        if any(c.isspace() for c in s[:_HEADER_B64_CHARS]):
-            # Line-wrapped base64: offsets are not aligned; work on a bounded, cleaned prefix.
-            s = "".join(s[: 1 << 16].split())
-        self._s = s
-
-    def read(self, offset: int, n: int) -> bytes:
-        start = (offset // 3) * 4
-        end = ((offset + n + 2) // 3) * 4
-        chunk = self._s[start:end]
-        if not chunk:
-            return b""
-        chunk += "=" * (-len(chunk) % 4)
-        try:
-            data = base64.b64decode(chunk)
-        except (binascii.Error, ValueError):
-            return b""
-        skip = offset - (offset // 3) * 3
-        return data[skip : skip + n]
-
-
-def _image_dimensions(b64: str) -> tuple[int, int] | None:
-    """Width and height (pixels) of a base64 PNG, GIF, WebP or JPEG, read from its header; None if unknown."""
-    try:
-        window = _B64Window(b64)
-        head = window.read(0, (_HEADER_B64_CHARS // 4) * 3)
-        size: tuple[int, int] | None = None
-        if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
-            size = struct.unpack(">II", head[16:24])
-        elif head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-            size = struct.unpack("<HH", head[6:10])
-        elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-            size = _webp_dimensions(head)
-        elif head[:2] == b"\xff\xd8":
-            size = _jpeg_dimensions(window)
-        if size is None or size[0] <= 0 or size[1] <= 0:
-            return None
-        return int(size[0]), int(size[1])
-    except Exception:  # noqa: BLE001 - a malformed header must never break counting
-        return None
-
-
-def _webp_dimensions(head: bytes) -> tuple[int, int] | None:
-    chunk = head[12:16]
-    if chunk == b"VP8 " and len(head) >= 30 and head[23:26] == b"\x9d\x01\x2a":
-        w, h = struct.unpack("<HH", head[26:30])
-        return w & 0x3FFF, h & 0x3FFF
-    if chunk == b"VP8L" and len(head) >= 25 and head[20] == 0x2F:
-        bits = int.from_bytes(head[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8X" and len(head) >= 30:
-        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
-    return None
-
-
-def _jpeg_dimensions(window: _B64Window) -> tuple[int, int] | None:
-    pos = 2
-    for _ in range(_JPEG_MAX_SEGMENTS):
-        seg = window.read(pos, 9)
-        if len(seg) < 4 or seg[0] != 0xFF:
-            return None
-        marker = seg[1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in _JPEG_SOF_MARKERS:
-            if len(seg) < 9:
-                return None
-            height, width = struct.unpack(">HH", seg[5:9])
-            return width, height
-        if marker == 0xDA or marker == 0xD9:  # start of scan / end of image: no frame header before it
-            return None
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
-            pos += 2
-            continue
-        pos += 2 + int.from_bytes(seg[2:4], "big")
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Block classification
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -415,152 +269,8 @@ def _is_listed(value: Any, ids: frozenset[str]) -> bool:
     return isinstance(value, str) and value in ids
 
 
-def _role(message: BaseMessage) -> str:
-    """The role a message is sent with: ``system``, ``user``, ``assistant``, ``tool``, ``function`` or custom."""
-    if isinstance(message, HumanMessage):
-        return "user"
-    if isinstance(message, AIMessage):
-        return "assistant"
-    if isinstance(message, SystemMessage):
-        role = message.additional_kwargs.get("__openai_role__")
-        return role if isinstance(role, str) and role else "system"
-    if isinstance(message, ToolMessage):
-        return "tool"
-    if isinstance(message, FunctionMessage):
-        return "function"
-    if isinstance(message, ChatMessage):
-        return str(message.role)
-    return str(getattr(message, "type", "") or "")
-
-
 def _is_remove(message: BaseMessage) -> bool:
     return getattr(message, "type", None) == "remove"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The per-message cache
-# ---------------------------------------------------------------------------------------------------------------
-
-def _snapshot(value: Any) -> Any:
-    """A copy of ``value`` that later in-place edits cannot change (strings are immutable; containers are copied,
-    their leaf strings shared, so a snapshot costs O(structure), not O(text))."""
-    if value is None or isinstance(value, str):
-        return value
-    return copy.deepcopy(value)
-
-
-class _MessageCache:
-    """A bounded, thread-safe LRU of per-message counts, validated on every hit.
-
-    Key: ``(role, name, "id", message.id, len(content))`` when the message has an id (the length keeps an original and
-    its truncated version apart); for a string-content message without one,
-    ``(role, name, "text", content)`` (no tool calls) or ``(role, name, "calls", content, tool call ids)``, so
-    messages re-created from the same data (e.g. converted again from OpenAI dicts) still hit; otherwise
-    ``(role, name, "obj", id(message))``.  The key only
-    decides where to look: a hit is used only if the stored content, tool calls and invalid tool calls equal the
-    message's (``==``, which returns at once for the same objects), so an edited message (same id, new content) is
-    recounted and a reused ``id()`` cannot return a wrong count.
-    """
-
-    def __init__(self, maxsize: int) -> None:
-        if not isinstance(maxsize, int) or isinstance(maxsize, bool) or maxsize < 0:
-            raise ValueError(f"cache_size must be a non-negative integer, got {maxsize!r}")
-        self.maxsize = maxsize
-        self._data: OrderedDict[tuple[Any, ...], tuple[Any, Any, Any, int]] = OrderedDict()
-        # Fast path for the same message object seen again (most of a history, call after call): keyed by
-        # id(message), valid only while the message still holds the very same str content (immutable) and
-        # name, and calls no tool; anything else takes the validated path above.
-        self._same: dict[int, tuple[type, str, Any, Any, int]] = {}
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def _parts(message: BaseMessage) -> tuple[Any, Any, Any]:
-        if not isinstance(message, AIMessage):  # getattr on a missing pydantic field is slow: skip it
-            return (message.content, None, None)
-        return (message.content, message.tool_calls or None, message.invalid_tool_calls or None)
-
-    @staticmethod
-    def _key(message: BaseMessage, role: str, parts: tuple[Any, Any, Any]) -> tuple[Any, ...]:
-        name = message.name
-        content, tool_calls, invalid = parts
-        if message.id:
-            # the content's length tells apart versions of one message (an original tool result and its
-            # truncated note share an id): both stay cached, so compacting again does not re-tokenize.
-            size = len(content) if isinstance(content, (str, list)) else -1
-            return (role, name, "id", message.id, size)
-        if isinstance(content, str):
-            if tool_calls is None and invalid is None:
-                return (role, name, "text", content)
-            call_ids = tuple(tc.get("id") if isinstance(tc, dict) else None for tc in (tool_calls or ()))
-            if invalid is None and call_ids and all(isinstance(i, str) for i in call_ids):
-                return (role, name, "calls", content, call_ids)
-        return (role, name, "obj", id(message))
-
-    def lookup(self, message: BaseMessage, compute: Callable[[BaseMessage], int]) -> int:
-        """Return the cached count for ``message`` or compute, store and return it."""
-        if self.maxsize == 0:
-            with self._lock:
-                self.misses += 1
-            return compute(message)
-        content = message.content
-        same = self._same.get(id(message))
-        if (same is not None and same[1] is content and same[0] is type(message) and same[2] == message.name
-                and same[3] == message.id):
-            with self._lock:
-                self.hits += 1
-            return same[4]
-        count = self._lookup(message, compute)
-        if isinstance(content, str) and not (isinstance(message, AIMessage)
-                                              and (message.tool_calls or message.invalid_tool_calls)):
-            with self._lock:
-                if len(self._same) >= self.maxsize:
-                    self._same.clear()
-                self._same[id(message)] = (type(message), content, message.name, message.id, count)
-        return count
-
-    def _lookup(self, message: BaseMessage, compute: Callable[[BaseMessage], int]) -> int:
-        role = _role(message)
-        parts = self._parts(message)
-        key = self._key(message, role, parts)
-        with self._lock:
-            entry = self._data.get(key)
-        if entry is not None:
-            try:
-                valid = entry[0] == parts[0] and entry[1] == parts[1] and entry[2] == parts[2]
-            except Exception:  # noqa: BLE001 - exotic objects whose == raises: treat as a miss
-                valid = False
-            if valid:
-                with self._lock:
-                    self.hits += 1
-                    if key in self._data:
-                        self._data.move_to_end(key)
-                return entry[3]
-        count = compute(message)
-        try:
-            stored = (_snapshot(parts[0]), _snapshot(parts[1]), _snapshot(parts[2]), count)
-        except Exception:  # noqa: BLE001 - uncopyable content: count it, do not cache it
-            stored = None
-        with self._lock:
-            self.misses += 1
-            if stored is not None:
-                self._data[key] = stored
-                self._data.move_to_end(key)
-                while len(self._data) > self.maxsize:
-                    self._data.popitem(last=False)
-        return count
-
-    def info(self) -> dict[str, int]:
-        with self._lock:
-            return {"hits": self.hits, "misses": self.misses, "size": len(self._data), "maxsize": self.maxsize}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-            self._same.clear()
-            self.hits = 0
-            self.misses = 0
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -110,7 +110,8 @@ def execute(nb: NotebookNode, workdir: Path, timeout: int = CELL_TIMEOUT) -> Not
 
 def output_kinds(nb: NotebookNode) -> list[list[str]]:
     """For each code cell, the kinds of its outputs in order ("stream:stdout", "execute_result:text/html", ...;
-    a rich output gives one kind per MIME type). Figures show as "display_data:image/png"."""
+    a rich output gives one kind per MIME type). Figures show as "display_data:image/png". Consecutive chunks
+    of one stream count once: how a kernel splits printed text into chunks depends on timing."""
     kinds = []
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -118,7 +119,8 @@ def output_kinds(nb: NotebookNode) -> list[list[str]]:
         cell_kinds = []
         for out in cell.outputs:
             if out.output_type == "stream":
-                cell_kinds.append(f"stream:{out.name}")
+                if not cell_kinds or cell_kinds[-1] != f"stream:{out.name}":
+                    cell_kinds.append(f"stream:{out.name}")
             elif out.output_type in ("display_data", "execute_result"):
                 cell_kinds.extend(f"{out.output_type}:{mime}" for mime in sorted(out.data))
             else:

@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # plot_comparison uses pyplot: no display in tests
 
 import pytest  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from lc_compaction import (  # noqa: E402
