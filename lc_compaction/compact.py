@@ -23,8 +23,11 @@ The ladder, in order:
 
 from __future__ import annotations
 
+import operator
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,9 +136,8 @@ class CountTally:
         tokens: tokens of those messages (without reply priming or extra tokens), by the policy's counter.
         counter: the counter's name; a tally from another counter is ignored.
 
-    A message replaced in place (same id, new content) inside the prefix by someone else is not noticed until
-    the next compaction recounts everything; lc-compaction's own front doors reset the tally whenever they
-    write the history.
+    A tally is trusted only in the process that made it and only for the very same message objects (see
+    `tally_prefix`): a message replaced by id, edited or loaded again from a checkpoint is recounted.
     """
 
     length: int
@@ -161,13 +163,54 @@ class CountTally:
 
     @classmethod
     def of(cls, messages: Sequence[BaseMessage], tokens: int, counter: str) -> CountTally:
-        return cls(len(messages), messages[-1].id if messages else None, messages[0].id if messages else None,
-                   tokens, counter)
+        """The tally of `messages` (counted: `tokens`), remembering in this process which message objects it
+        covers (see `tally_prefix`)."""
+        tally = cls(len(messages), messages[-1].id if messages else None, messages[0].id if messages else None,
+                    tokens, counter)
+        if messages:
+            _PREFIXES.remember(tally, tuple(messages))
+        return tally
+
+
+class _PrefixRegistry:
+    """The message objects each recent tally covered, in this process (bounded LRU, thread-safe).
+
+    A tally is trusted only for the very same message objects: a message replaced by id (LangGraph's
+    `add_messages`, `update_state`) or loaded again from a checkpoint is a new object, and then everything is
+    recounted (the per-message cache still spares the tokenizer for unchanged content). Holding the objects
+    keeps them alive, so an identity can never be reused by another object.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._data: OrderedDict[tuple[Any, ...], tuple[BaseMessage, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(tally: CountTally) -> tuple[Any, ...]:
+        return (tally.counter, tally.length, tally.first_id, tally.last_id, tally.tokens)
+
+    def remember(self, tally: CountTally, objects: tuple[BaseMessage, ...]) -> None:
+        with self._lock:
+            self._data[self._key(tally)] = objects
+            self._data.move_to_end(self._key(tally))
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+    def covers(self, tally: CountTally, messages: Sequence[Any]) -> bool:
+        with self._lock:
+            objects = self._data.get(self._key(tally))
+        n = tally.length
+        return objects is not None and len(objects) == n and all(map(operator.is_, objects, messages[:n]))
+
+
+_PREFIXES = _PrefixRegistry()
 
 
 def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None) -> int:
-    """How many leading messages `tally` still describes: its `length` when the ids at both ends of that
-    prefix match and the counter is the same, else 0."""
+    """How many leading messages `tally` still describes: its `length` when the counter is the same and that
+    prefix is made of the very message objects the tally counted (in this process); else 0 (count all).
+    O(length) identity checks, in C: no tokenizing, no cache lookups."""
     if tally is None or tally.counter != counter.name or not tally.last_id:
         return 0
     n = tally.length
@@ -175,7 +218,7 @@ def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None
         return 0
     if getattr(messages[n - 1], "id", None) != tally.last_id or getattr(messages[0], "id", None) != tally.first_id:
         return 0
-    return n
+    return n if _PREFIXES.covers(tally, messages) else 0
 
 
 def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,

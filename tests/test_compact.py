@@ -256,3 +256,20 @@ def test_mid_history_system_message_is_sent_as_human_and_reported():
     assert isinstance(mid, HumanMessage) and mid.content == "note: the user is VIP"
     assert [r.kind for r in result.repairs] == ["system_message_converted"]
     assert result.messages[0].id == "s" and check_invariants(result.messages) == []
+
+
+def test_tally_is_not_trusted_for_a_message_replaced_by_id():
+    """A message replaced by id (LangGraph's add_messages / update_state) or loaded again is a new object: the
+    tally does not cover it, so the history is recounted and compaction is not skipped on a stale count."""
+    from lc_compaction.compact import CountTally
+
+    policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate")
+    small = [HumanMessage("attach doc", id="u1"), AIMessage("ok", id="a1")]
+    first = compact(small, policy)
+    edited = [HumanMessage("attach doc: " + "lorem ipsum " * 3000, id="u1"), small[1], HumanMessage("go", id="u2")]
+    result = compact(edited, policy, tally=first.tally)
+    assert result.tokens_before == policy.counter.count_messages(edited)
+    assert result.triggered and result.fits
+    # a tally rebuilt from JSON in another process covers no objects here: a full, exact count
+    fresh = compact(small + [HumanMessage("go", id="u3")], policy, tally=CountTally.from_dict(first.tally.to_dict()))
+    assert fresh.tokens_before == policy.counter.count_messages(small + [HumanMessage("go", id="u3")])

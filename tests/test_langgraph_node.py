@@ -280,3 +280,35 @@ def test_broken_history_raises_naming_the_index() -> None:
 
 def test_empty_history_gives_no_update() -> None:
     assert CompactionNode(max_input_tokens=1_000).invoke({"messages": []}) == {}
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "view"])
+def test_a_message_edited_by_id_is_recounted(mode: str) -> None:
+    """`update_state` replacing a message by id with a much larger one: the next model call is compacted to fit,
+    never sent at the stale size (the counting tally covers only the very same message objects)."""
+    from langchain_core.messages import AIMessage as AI, HumanMessage as Human
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from lc_compaction import TiktokenCounter
+    from lc_compaction.integrations import CompactionNode, CompactionState
+
+    sent: list = []
+
+    def model(state):
+        sent.append(state["llm_input_messages"] if mode == "view" else state["messages"])
+        return {"messages": [AI("ok", id=f"ai{len(sent)}")]}
+
+    b = StateGraph(CompactionState)
+    b.add_node("compact", CompactionNode(max_input_tokens=4000, mode=mode))
+    b.add_node("model", model)
+    b.add_edge(START, "compact")
+    b.add_edge("compact", "model")
+    b.add_edge("model", END)
+    g = b.compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "1"}}
+    g.invoke({"messages": [Human("attach doc", id="u1")]}, cfg)
+    g.update_state(cfg, {"messages": [Human("attach doc: " + "lorem ipsum " * 6000, id="u1")]})
+    g.invoke({"messages": [Human("summarize it", id="u2")]}, cfg)
+    assert TiktokenCounter("gpt-4o").count_messages(sent[-1]) <= 4000
+    assert g.get_state(cfg).values["compaction"]["last"]["reason"] != "under_trigger"
