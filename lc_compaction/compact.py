@@ -32,10 +32,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
+from langchain_core.messages import BaseMessage, convert_to_messages
 
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
-from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import (
     InvalidHistoryError,
@@ -43,10 +42,9 @@ from lc_compaction.structure import (
     check_invariants,
     ensure_ids,
     normalize_system_messages,
-    is_request,
     repair_history,
 )
-from lc_compaction.strategies.truncate import content_text
+from lc_compaction.shorten import last_resort
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
@@ -333,54 +331,9 @@ class _Run:
         st.pass_name = "hard" if self.over_budget() else "relaxed"
 
     def last_resort(self) -> None:
-        """Cut the largest non-system messages in place until the history fits the token budget."""
-        st = self.state
-        assert st is not None
-        if self.budget is None:
-            return
-        # cutting only helps when it can make the history fit: the system prompt is never cut and a cut
-        # message still costs its marker. When it cannot, nothing is cut (the result reports the overflow).
-        floor = st.fixed_tokens + sum(
-            sl.tokens if isinstance(sl.message, SystemMessage) or sl.tokens <= 50
-            else self.counter.count_message(self._cut(sl.message, "", 0)) for sl in st.slots)
-        if floor > self.budget:
-            return
-        tried: set[int] = set()
-        requests = [i for i, sl in enumerate(st.slots) if is_request(sl.message)]
-        latest = requests[-1] if requests else -1
-        while st.total() > self.budget:
-            candidates = [i for i, s in enumerate(st.slots)
-                          if i not in tried and not isinstance(s.message, SystemMessage) and s.tokens > 50]
-            if not candidates:
-                return
-            # unpinned messages first, then pinned ones, the latest request last; the largest first in each
-            i = min(candidates, key=lambda k: (k == latest, st.slots[k].pinned, -st.slots[k].tokens))
-            tried.add(i)
-            slot = st.slots[i]
-            excess = st.total() - self.budget
-            want = max(slot.tokens - excess, 1)
-            text = content_text(slot.message.content)
-            new = None
-            keep_chars = int(len(text) * want / max(slot.tokens, 1))
-            while keep_chars > 0:
-                cand = self._cut(slot.message, text, keep_chars)
-                if self.counter.count_message(cand) <= want:
-                    new = cand
-                    break
-                keep_chars = int(keep_chars * 0.8)
-            if new is None:
-                new = self._cut(slot.message, text, 0)
-            if self.counter.count_message(new) < slot.tokens:
-                st.replace(i, new, strategy="last_resort", kind="shortened",
-                           detail=f"message alone over the budget: cut from {len(text):,} characters")
-
-    @staticmethod
-    def _cut(message: BaseMessage, text: str, keep_chars: int) -> BaseMessage:
-        removed = len(text) - keep_chars
-        meta = dict(message.response_metadata or {})
-        meta[MARK_KEY] = {"kind": "shortened", "original_chars": len(text)}
-        return message.model_copy(update={"content": text[:keep_chars] + SHORTENED_MARKER.format(removed=removed),
-                                          "response_metadata": meta})
+        """Cut messages in place until the history fits the token budget (`shorten.last_resort`)."""
+        if self.state is not None and self.budget is not None:
+            last_resort(self.state, self.budget)
 
     def ladder(self) -> Iterator[Strategy]:
         """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the

@@ -1,0 +1,163 @@
+"""The last resort: cut messages in place when no strategy can make the history fit the budget.
+
+A cut message keeps its id, type, `tool_call_id` and tool calls; its text is cut at the end and a marker says
+how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
+`{"kind": "shortened", "original_chars": n, "removed_blocks": [...]}`. Content blocks keep their structure:
+text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and media blocks
+(images, files, audio) are removed only when the text alone cannot get the message small enough; the marker
+names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from lc_compaction.ladder import LadderState
+from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
+from lc_compaction.structure import is_request
+
+MIN_TOKENS_TO_CUT = 50
+"""A message of this many tokens or fewer is never cut (the marker alone costs about 20 tokens)."""
+
+MEDIA_BLOCKS = frozenset({"image", "image_url", "input_image", "file", "input_file", "audio", "input_audio",
+                          "video", "document"})
+"""Block types that may be removed whole (a text `document`, whose source is plain text, is cut like text)."""
+
+
+def _block_text(block: Any) -> str | None:
+    """The cuttable text of a block: a str, a text block's `text`, a text document's source data; else None."""
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, dict):
+        return None
+    if block.get("type") in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
+        return block["text"]
+    source = block.get("source")
+    if block.get("type") == "document" and isinstance(source, dict) and source.get("type") == "text" \
+            and isinstance(source.get("data"), str):
+        return source["data"]
+    return None
+
+
+def _with_text(block: Any, text: str) -> Any:
+    if isinstance(block, str):
+        return text
+    if "text" in block:
+        return {**block, "text": text}
+    return {**block, "source": {**block["source"], "data": text}}
+
+
+def text_length(content: Any) -> int:
+    """Characters of cuttable text in a message content (a str, or the text parts of its blocks)."""
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(t) for t in (_block_text(b) for b in content) if t is not None)
+
+
+def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool = False) -> BaseMessage:
+    """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
+
+    Args:
+        message: any message (its id, type, tool_call_id and tool calls are kept).
+        keep_chars: characters of text to keep, >= 0.
+        drop_media: also remove image / file / audio / non-text document blocks (named in the marker).
+    """
+    content = message.content
+    original = text_length(content)
+    removed_blocks: list[str] = []
+    if isinstance(content, str):
+        new_content: Any = content[:keep_chars] + SHORTENED_MARKER.format(removed=max(len(content) - keep_chars, 0))
+    else:
+        out: list[Any] = []
+        budget = keep_chars
+        for block in content:
+            text = _block_text(block)
+            if text is None:
+                kind = block.get("type") if isinstance(block, dict) else None
+                if drop_media and kind in MEDIA_BLOCKS:
+                    removed_blocks.append(str(kind))
+                else:
+                    out.append(block)
+                continue
+            if len(text) <= budget:
+                out.append(block)
+                budget -= len(text)
+                continue
+            if budget:
+                out.append(_with_text(block, text[:budget]))
+            budget = 0
+        kept = keep_chars - budget
+        note = SHORTENED_MARKER.format(removed=max(original - kept, 0)).strip()
+        if removed_blocks:
+            note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
+        out.append({"type": "text", "text": note})
+        new_content = out
+    meta = dict(message.response_metadata or {})
+    meta[MARK_KEY] = {"kind": "shortened", "original_chars": original, "removed_blocks": removed_blocks}
+    return message.model_copy(update={"content": new_content, "response_metadata": meta})
+
+
+def last_resort(state: LadderState, budget: int) -> None:
+    """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
+
+    Order: messages not pinned first, then pinned ones, the latest request last; the largest first in each
+    group; the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. Each is cut to what the
+    budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
+    candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
+    reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
+    """
+    counter = state.counter
+    slots = state.slots
+
+    def cuttable(i: int) -> bool:
+        return not isinstance(slots[i].message, SystemMessage) and slots[i].tokens > MIN_TOKENS_TO_CUT
+
+    floor = state.fixed_tokens + sum(
+        counter.count_message(shorten(s.message, 0, drop_media=True)) if cuttable(i) else s.tokens
+        for i, s in enumerate(slots))
+    if floor > budget:
+        return
+    requests = [i for i, s in enumerate(slots) if is_request(s.message)]
+    latest = requests[-1] if requests else -1
+    tried: set[int] = set()
+    while state.total() > budget:
+        candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
+        if not candidates:
+            return
+        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned, -slots[k].tokens))
+        tried.add(i)
+        _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - budget), 1))
+
+
+def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
+    """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
+    counter = state.counter
+    message, tokens = state.slots[i].message, state.slots[i].tokens
+    length = text_length(message.content)
+    best = None
+    for drop_media in (False, True):
+        # text first, in proportion to the tokens to shed; with the media gone, try keeping all the text first
+        keep = length if drop_media else int(length * want / max(tokens, 1))
+        while True:
+            candidate = shorten(message, keep, drop_media=drop_media)
+            if counter.count_message(candidate) <= want:
+                best = candidate
+                break
+            if keep == 0:
+                break
+            keep = int(keep * 0.8)
+        if best is not None:
+            break
+    if best is None:
+        best = shorten(message, 0, drop_media=True)
+    if counter.count_message(best) < tokens:
+        removed = best.response_metadata[MARK_KEY]["removed_blocks"]
+        state.replace(i, best, strategy="last_resort", kind="shortened",
+                      detail=f"message alone over the budget: cut from {length:,} characters of text"
+                             + (f", removed {', '.join(removed)}" if removed else ""))
+
+
+__all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_TOKENS_TO_CUT", "last_resort", "shorten", "text_length"]
