@@ -240,6 +240,8 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
 def _as_messages(messages: Sequence[Any], start: int = 0) -> list[BaseMessage]:
     """The input as a list of messages (the list itself when it is one); only `messages[start:]` is checked
     when the caller knows the prefix was checked before (O(k) per call)."""
+    if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
+        raise ValueError(f"messages: expected a list of messages, got {type(messages).__name__}")
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[start:]):
         return messages
     try:
@@ -295,7 +297,7 @@ class _Run:
             leftover = check_invariants(msgs)
             if leftover:  # repair could not fix it: never go on with a broken history
                 raise InvalidHistoryError(leftover)
-        msgs = ensure_ids(msgs)
+        msgs = ensure_ids(msgs, self.repairs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         counts = self.counts
         slots = [Slot(m, counts[id(m)] if id(m) in counts else self.counter.count_message(m)) for m in msgs]

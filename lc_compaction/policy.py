@@ -119,12 +119,14 @@ class CompactionPolicy:
         if w is not None and self.reserve >= w:
             raise ValueError(f"reserve: {self.reserve} tokens leaves no room in a window of {w} tokens")
         self.trigger_clauses = self._parse_trigger(self.trigger)
-        self.keep = tuple(self.keep)  # type: ignore[assignment]
+        if isinstance(self.keep, list):
+            self.keep = tuple(self.keep)  # type: ignore[assignment]
         kind, value = _parse_size("keep", self.keep, _KEEP_KINDS)
         if kind == "fraction" and w is None:
             raise ValueError("keep: ('fraction', f) needs max_input_tokens")
         if self.target is not None:
-            self.target = tuple(self.target)  # type: ignore[assignment]
+            if isinstance(self.target, list):
+                self.target = tuple(self.target)  # type: ignore[assignment]
             tkind, tvalue = _parse_size("target", self.target, _TRIGGER_KINDS)
             if tkind == "fraction" and w is None:
                 raise ValueError("target: ('fraction', f) needs max_input_tokens")

@@ -34,6 +34,7 @@ ViolationKind = Literal[
     "system_not_at_start",
     "remove_message",
     "missing_tool_call_id",
+    "duplicate_tool_call_id",
 ]
 
 
@@ -155,7 +156,10 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
         if ids:
             for tcid in ids:
                 if tcid in all_calls or tcid in open_calls:
-                    out.append(Violation("duplicate_tool_result", i, tcid, "tool call id used twice"))
+                    first = all_calls.get(tcid, open_calls.get(tcid))
+                    out.append(Violation("duplicate_tool_call_id", i, tcid,
+                                         f"this tool call id was already used by message {first}"))
+                    continue
                 open_calls[tcid] = i
                 all_calls[tcid] = i
             in_block = True
@@ -334,15 +338,18 @@ def split_exchanges(steps: Sequence[Step]) -> list[Exchange]:
     return out
 
 
-def ensure_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = None) -> list[BaseMessage]:
     """Return the messages with a unique, non-empty id each (copies only where an id is missing or repeated).
 
     Ids are needed before any removal from graph state (`RemoveMessage(id=...)`) and for caching counts.
+    A repeated id is replaced in the later message's copy and reported in `repairs` when given.
     """
     seen: set[str] = set()
     out: list[BaseMessage] = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if not m.id or m.id in seen:
+            if m.id and repairs is not None:
+                repairs.append(Repair("duplicate_id_replaced", i, detail=f"id {m.id!r} was already used"))
             m = m.model_copy(update={"id": str(uuid.uuid4())})
         seen.add(m.id)  # type: ignore[arg-type]
         out.append(m)

@@ -741,6 +741,8 @@ class CallableCounter:
         result = self.fn(messages)
         if isinstance(result, bool) or not isinstance(result, (int, float)):
             raise TypeError(f"token_counter {self.name} returned {type(result).__name__}, expected an int")
+        if result < 0 or result != result:  # negative or NaN
+            raise ValueError(f"token_counter {self.name} returned {result!r}: a token count must be >= 0")
         return math.ceil(result)
 
     def count_message(self, message: BaseMessage) -> int:

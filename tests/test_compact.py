@@ -273,3 +273,22 @@ def test_tally_is_not_trusted_for_a_message_replaced_by_id():
     # a tally rebuilt from JSON in another process covers no objects here: a full, exact count
     fresh = compact(small + [HumanMessage("go", id="u3")], policy, tally=CountTally.from_dict(first.tally.to_dict()))
     assert fresh.tokens_before == policy.counter.count_messages(small + [HumanMessage("go", id="u3")])
+
+
+def test_a_string_is_not_a_history():
+    with pytest.raises(ValueError, match="messages"):
+        compact("hello", CompactionPolicy(max_input_tokens=1000, token_counter="approximate"))
+
+
+def test_repeated_message_ids_are_replaced_and_reported():
+    msgs = [HumanMessage("q " * 600, id="x"), AIMessage("a", id="x"), HumanMessage("last", id="x")]
+    result = compact(msgs, CompactionPolicy(max_input_tokens=300, reserve=0, token_counter="approximate"))
+    ids = [m.id for m in result.messages]
+    assert len(set(ids)) == len(ids)
+    assert [r.kind for r in result.repairs].count("duplicate_id_replaced") == 2
+
+
+def test_a_negative_count_from_a_callable_counter_is_an_error():
+    policy = CompactionPolicy(max_input_tokens=1000, token_counter=lambda ms: -1)
+    with pytest.raises(ValueError, match=">= 0"):
+        compact([HumanMessage("hi", id="h")], policy)

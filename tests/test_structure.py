@@ -76,3 +76,10 @@ def test_ensure_ids_fills_missing_and_duplicate_ids_only():
     a, b, c = HumanMessage("1", id="x"), AIMessage("2"), HumanMessage("3", id="x")
     out = ensure_ids([a, b, c])
     assert out[0] is a and out[1].id and out[2].id not in ("x", out[1].id)
+
+
+def test_a_reused_tool_call_id_is_named_as_such():
+    msgs = [HumanMessage("q", id="h"), call("c1", "a1"), result("c1", "t1"), call("c1", "a2"), result("c1", "t2")]
+    found = [(v.kind, v.index, v.tool_call_id) for v in check_invariants(msgs)]
+    assert ("duplicate_tool_call_id", 3, "c1") in found
+    assert "already used by message 1" in next(str(v) for v in check_invariants(msgs) if v.kind == "duplicate_tool_call_id")

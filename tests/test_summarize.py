@@ -587,3 +587,25 @@ def test_default_fallback_keeps_the_history_while_it_fits_and_writes_the_ledger_
     result = compact(msgs, hard)
     assert result.fits and result.details["summarizer"] == "ledger"
     assert len(summaries(result.messages)) == 1
+
+
+def test_a_placeholder_reply_is_not_stored_as_a_summary():
+    """A model that answers "Error generating summary." (or another placeholder) has failed: the ledger is
+    written instead, never the placeholder."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from lc_compaction import CompactionPolicy, compact
+
+    msgs = []
+    for n in range(12):
+        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"), AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
+    msgs.append(HumanMessage("last", id="hl"))
+    for placeholder in ("Error generating summary.", "No previous conversation history"):
+        model = FakeListChatModel(responses=[placeholder] * 10)
+        policy = CompactionPolicy(max_input_tokens=1500, reserve=0, token_counter="approximate",
+                                  strategies=[fast(model=model, fallback="ledger")])
+        result = compact(msgs, policy)
+        (summary,) = summaries(result.messages)
+        assert placeholder.rstrip(".") not in summary.content
+        assert result.details["summarizer"] == "ledger" and "placeholder" in result.details["fallback_reason"]

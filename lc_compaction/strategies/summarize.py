@@ -122,6 +122,14 @@ class SummarizationError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------- text helpers
+PLACEHOLDER_REPLIES = frozenset({
+    "error generating summary", "no previous conversation history", "previous conversation was too long to summarize",
+    "too long to summarize", "summary unavailable", "n/a", "none", "null",
+})
+"""Replies that are not a summary (the placeholder texts compactors in this field have stored as summaries):
+treated like an empty reply, lower-cased, without final punctuation."""
+
+
 def reply_text(message: BaseMessage) -> str:
     """The text of a model reply: the string content, or the text blocks of a block list joined (bare strings
     included). Reasoning / thinking blocks, signatures, tool-use blocks and anything else are left out."""
@@ -515,6 +523,9 @@ class Summarize:
         text = reply_text(reply).strip()
         if text.startswith(SUMMARY_PREFIX.strip()):
             text = text[len(SUMMARY_PREFIX.strip()):].strip()
+        if text.rstrip(".!").strip().lower() in PLACEHOLDER_REPLIES:
+            raise SummarizationError(f"summarizer model answered a placeholder ({text[:60]!r}), not a summary",
+                                     "no_text")
         if not text:
             kinds = sorted({b.get("type", "?") for b in reply.content if isinstance(b, dict)}) if isinstance(reply.content, list) else []
             what = f"only {', '.join(kinds)} blocks" if kinds else "no text"
