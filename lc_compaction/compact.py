@@ -220,12 +220,14 @@ def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None
 
 
 def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,
-                     counts: dict[int, int] | None = None) -> int:
+                     counts: dict[int, int] | None = None, *, start: int | None = None) -> int:
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
     describes a prefix of `messages` (`tally_prefix`); O(k) for k new messages, O(len(messages)) otherwise.
     Each count made is stored in `counts` (keyed by `id(message)`) when given. A counted message without an
-    id gets a uuid4 id in place, so every message has one before any removal."""
-    start = tally_prefix(messages, counter, tally)
+    id gets a uuid4 id in place, so every message has one before any removal. `start`: the caller's own
+    `tally_prefix(messages, counter, tally)`, when it already has it."""
+    if start is None:
+        start = tally_prefix(messages, counter, tally)
     total = tally.tokens if start else 0  # type: ignore[union-attr]
     for m in messages[start:]:
         if not m.id:  # as LangChain's SummarizationMiddleware does: an id, given in place (same object)
@@ -266,7 +268,8 @@ class _Run:
         self.original = _as_messages(messages, known)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
-        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts)
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts,
+                                               start=known if self.original is messages else None)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
