@@ -53,7 +53,7 @@ from langchain_core.messages import (
     message_to_dict,
     messages_from_dict,
 )
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import Required, TypedDict
 
@@ -402,12 +402,22 @@ class CompactionNode(Runnable[dict, dict]):
         return self.invoke(state, config)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
-        """Compact `input[messages_key]` (sync strategies) and return the state update (see the class)."""
-        return self._call_with_config(self._run, input, config, run_type="chain")
+        """Compact `input[messages_key]` (sync strategies) and return the state update (see the class).
+
+        In a graph, the node runs inside LangGraph's own run for it (events and the summarizer's calls attach
+        there); called on its own with callbacks in `config`, it opens a run named `name`. Without callbacks it
+        opens none: the steady-state cost stays a fraction of a millisecond."""
+        config = ensure_config(config)
+        if config.get("callbacks") is not None and not _inside_run(config):
+            return self._call_with_config(self._run, input, config, run_type="chain")
+        return self._run(input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         """Async twin of `invoke` (strategies run through `aapply`)."""
-        return await self._acall_with_config(self._arun, input, config, run_type="chain")
+        config = ensure_config(config)
+        if config.get("callbacks") is not None and not _inside_run(config):
+            return await self._acall_with_config(self._arun, input, config, run_type="chain")
+        return await self._arun(input, config)
 
     def _read(self, state: Any) -> tuple[Any, Any]:
         get = state.get if isinstance(state, dict) else lambda k, d=None: getattr(state, k, d)
@@ -447,6 +457,14 @@ class CompactionNode(Runnable[dict, dict]):
 
     def __repr__(self) -> str:
         return f"CompactionNode(mode={self.mode!r}, policy={self.policy!r})"
+
+
+def _inside_run(config: RunnableConfig) -> bool:
+    """Whether `config` carries a parent run's callback manager (the node runs as part of a graph step)."""
+    from langchain_core.callbacks.base import BaseCallbackManager
+
+    callbacks = config.get("callbacks")
+    return isinstance(callbacks, BaseCallbackManager) and callbacks.parent_run_id is not None
 
 
 def compaction_hook(policy: CompactionPolicy | None = None, **kwargs: Any) -> CompactionNode:
