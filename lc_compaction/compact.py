@@ -199,7 +199,8 @@ class _PrefixRegistry:
         with self._lock:
             objects = self._data.get(self._key(tally))
         n = tally.length
-        return objects is not None and len(objects) == n and all(map(operator.is_, objects, messages[:n]))
+        # map stops at the end of `objects` (n items): no slice of `messages` is copied
+        return objects is not None and len(objects) == n and all(map(operator.is_, objects, messages))
 
 
 _PREFIXES = _PrefixRegistry()
