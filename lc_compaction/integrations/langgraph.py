@@ -290,7 +290,9 @@ def _finish(original: list[BaseMessage], with_ids: list[BaseMessage], memory: An
             update = [m for m, before in zip(out, with_ids) if m is not before]
         else:
             update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
-    return CompactionPlan(result=result, model_input=list(out), messages_update=update, memory=new_memory)
+    # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
+    return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out), messages_update=update,
+                          memory=new_memory)
 
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
