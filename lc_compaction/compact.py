@@ -160,13 +160,14 @@ class CountTally:
             return None
 
     @classmethod
-    def of(cls, messages: Sequence[BaseMessage], tokens: int, counter: str) -> CountTally:
-        """The tally of `messages` (counted: `tokens`), remembering in this process which message objects it
-        covers (see `tally_prefix`)."""
+    def of(cls, messages: Sequence[BaseMessage], tokens: int, counter: Any,
+           counts: tuple[int, ...] | None = None) -> CountTally:
+        """The tally of `messages` counted by `counter` (a TokenCounter; total `tokens`, per message `counts`
+        when known), remembering in this process which message objects it covers (see `tally_prefix`)."""
         tally = cls(len(messages), messages[-1].id if messages else None, messages[0].id if messages else None,
-                    tokens, counter)
+                    tokens, counter.name)
         if messages:
-            _PREFIXES.remember(tally, tuple(messages))
+            _PREFIXES.remember(tally, counter, tuple(messages), counts)
         return tally
 
 
@@ -181,23 +182,34 @@ class _PrefixRegistry:
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
-        self._data: OrderedDict[tuple[Any, ...], tuple[BaseMessage, ...]] = OrderedDict()
+        self._data: OrderedDict[tuple[Any, ...], tuple[tuple[BaseMessage, ...], tuple[int, ...] | None, Any]] = \
+            OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
-    def _key(tally: CountTally) -> tuple[Any, ...]:
-        return (tally.counter, tally.length, tally.first_id, tally.last_id, tally.tokens)
+    def _key(tally: CountTally, counter: Any) -> tuple[Any, ...]:
+        # the counter object itself (by identity): two counters with one name (two lambdas) never share counts
+        return (id(counter), tally.counter, tally.length, tally.first_id, tally.last_id, tally.tokens)
 
-    def remember(self, tally: CountTally, objects: tuple[BaseMessage, ...]) -> None:
+    def remember(self, tally: CountTally, counter: Any, objects: tuple[BaseMessage, ...],
+                 counts: tuple[int, ...] | None) -> None:
+        key = self._key(tally, counter)
         with self._lock:
-            self._data[self._key(tally)] = objects
-            self._data.move_to_end(self._key(tally))
+            self._data[key] = (objects, counts, counter)  # the counter is held: its id stays its own
+            self._data.move_to_end(key)
             while len(self._data) > self.size:
                 self._data.popitem(last=False)
 
-    def covers(self, tally: CountTally, messages: Sequence[Any]) -> bool:
+    def counts(self, tally: CountTally, counter: Any) -> tuple[int, ...] | None:
+        """The per-message counts remembered with `tally` (None when unknown)."""
         with self._lock:
-            objects = self._data.get(self._key(tally))
+            entry = self._data.get(self._key(tally, counter))
+        return entry[1] if entry is not None else None
+
+    def covers(self, tally: CountTally, counter: Any, messages: Sequence[Any]) -> bool:
+        with self._lock:
+            entry = self._data.get(self._key(tally, counter))
+        objects = entry[0] if entry is not None else None
         n = tally.length
         # map stops at the end of `objects` (n items): no slice of `messages` is copied
         return objects is not None and len(objects) == n and all(map(operator.is_, objects, messages))
@@ -217,7 +229,7 @@ def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None
         return 0
     if getattr(messages[n - 1], "id", None) != tally.last_id or getattr(messages[0], "id", None) != tally.first_id:
         return 0
-    return n if _PREFIXES.covers(tally, messages) else 0
+    return n if _PREFIXES.covers(tally, counter, messages) else 0
 
 
 def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,
@@ -269,8 +281,9 @@ class _Run:
         self.original = _as_messages(messages, known)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
-        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts,
-                                               start=known if self.original is messages else None)
+        self.known = known if self.original is messages else 0
+        self.tally = tally
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.known)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
@@ -281,11 +294,25 @@ class _Run:
 
     def unchanged(self, reason: str) -> CompactionResult:
         return CompactionResult(
-            tally=CountTally.of(self.original, self.message_tokens, self.counter.name),
+            tally=CountTally.of(self.original, self.message_tokens, self.counter, self._all_counts()),
             messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
             budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
+
+    def _prefix_counts(self) -> tuple[int, ...] | None:
+        """Per-message counts of the prefix the tally covered (remembered by the previous call), if known."""
+        if not self.known or self.tally is None:
+            return None
+        counts = _PREFIXES.counts(self.tally, self.counter)
+        return counts if counts is not None and len(counts) == self.known else None
+
+    def _all_counts(self) -> tuple[int, ...] | None:
+        """Per-message counts of the whole input: the remembered prefix plus what this call counted."""
+        prefix = self._prefix_counts() if self.known else ()
+        if prefix is None:
+            return None
+        return prefix + tuple(self.counts[id(m)] for m in self.original[self.known:])
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -304,6 +331,10 @@ class _Run:
         msgs = ensure_ids(msgs, self.repairs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         counts = self.counts
+        prefix = self._prefix_counts()
+        if prefix is not None:  # the previous call's counts of the very same objects: no lookups
+            for m, c in zip(self.original, prefix):
+                counts[id(m)] = c
         slots = [Slot(m, counts[id(m)] if id(m) in counts else self.counter.count_message(m)) for m in msgs]
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
@@ -374,7 +405,7 @@ class _Run:
         removed = [orig_by_id.get(m.id, m) for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
-        tally = CountTally.of(messages, st.total() - self.fixed, self.counter.name)
+        tally = CountTally.of(messages, st.total() - self.fixed, self.counter, tuple(s.tokens for s in st.slots))
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,

@@ -45,8 +45,13 @@ def _mark(message: BaseMessage, field: str) -> dict[str, Any]:
 
 def is_summary(message: BaseMessage) -> bool:
     """True for a summary message written by lc-compaction or by LangChain's SummarizationMiddleware."""
-    kwargs = message.additional_kwargs or {}
-    return kwargs.get("lc_source") == "summarization" or _mark(message, "additional_kwargs").get("kind") == "summary"
+    kwargs = message.additional_kwargs
+    if not kwargs:
+        return False
+    if kwargs.get("lc_source") == "summarization":
+        return True
+    mark = kwargs.get(MARK_KEY)
+    return isinstance(mark, dict) and mark.get("kind") == "summary"
 
 
 def is_truncated(message: BaseMessage) -> bool:

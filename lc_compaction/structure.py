@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -281,8 +281,7 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
     return out, repairs
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """A removable run `[start, end)` of the history; `kind` is "request", "system", "summary" or "assistant"."""
 
     start: int
@@ -309,7 +308,8 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
         else:
             start = i
             while i < n and not isinstance(messages[i], (HumanMessage, SystemMessage)):
-                end = tool_block_end(messages, i) if call_ids(messages[i]) else i + 1
+                m = messages[i]
+                end = tool_block_end(messages, i) if isinstance(m, AIMessage) and m.tool_calls else i + 1
                 i = end
                 if isinstance(messages[end - 1], ToolMessage):
                     break  # a step ends after a tool block

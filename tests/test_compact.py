@@ -292,3 +292,22 @@ def test_a_negative_count_from_a_callable_counter_is_an_error():
     policy = CompactionPolicy(max_input_tokens=1000, token_counter=lambda ms: -1)
     with pytest.raises(ValueError, match=">= 0"):
         compact([HumanMessage("hi", id="h")], policy)
+
+
+def test_a_compaction_after_a_tallied_call_does_not_recount_the_prefix():
+    """The previous call's per-message counts of the very same objects are reused: when the grown history
+    triggers, only the new messages are looked up in the count cache."""
+    from lc_compaction import ApproximateCounter
+
+    counter = ApproximateCounter()
+    msgs = history(12, 2000)
+    first = compact(msgs, CompactionPolicy(max_input_tokens=10**7, token_counter=counter))
+    grown = msgs + tool_turn(50, 10)
+    small = CompactionPolicy(max_input_tokens=counter.count_messages(grown) // 2, token_counter=counter,
+                             strategies=[DropOldExchanges()])
+    before = counter.cache_info()
+    result = compact(grown, small, tally=first.tally)
+    after = counter.cache_info()
+    assert result.triggered and result.actions
+    assert (after["hits"] + after["misses"]) - (before["hits"] + before["misses"]) == 4
+    assert result.tokens_after == counter.count_messages(result.messages)
