@@ -5,7 +5,8 @@ truncate old tool results, drop the oldest exchanges, summarize the older part. 
 tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
 """
 
-from lc_compaction.compact import CompactionResult, CountTally, acompact, compact
+from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
 from lc_compaction.markers import is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize

@@ -208,7 +208,7 @@ def test_result_to_dict_is_json():
 
 
 def test_tally_counts_only_new_messages():
-    from lc_compaction.compact import CountTally
+    from lc_compaction.tally import CountTally
 
     counter_policy = CompactionPolicy(max_input_tokens=1_000_000, token_counter="approximate")
     msgs = history(20, 200)
@@ -261,7 +261,7 @@ def test_mid_history_system_message_is_sent_as_human_and_reported():
 def test_tally_is_not_trusted_for_a_message_replaced_by_id():
     """A message replaced by id (LangGraph's add_messages / update_state) or loaded again is a new object: the
     tally does not cover it, so the history is recounted and compaction is not skipped on a stale count."""
-    from lc_compaction.compact import CountTally
+    from lc_compaction.tally import CountTally
 
     policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate")
     small = [HumanMessage("attach doc", id="u1"), AIMessage("ok", id="a1")]

@@ -57,7 +57,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from typing_extensions import Required, TypedDict
 
-from lc_compaction.compact import CompactionResult, CountTally, acompact, compact
+from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.tally import CountTally
 from lc_compaction.integrations.events import areport, event_payload, report
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import check_invariants
