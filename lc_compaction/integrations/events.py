@@ -100,7 +100,7 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
 
 
 def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-           state_messages: int | None = None) -> dict[str, Any]:
+           state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the log line and dispatch the custom event for `result`; return the event data.
 
     Args:
@@ -109,23 +109,27 @@ def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableC
         door: the front door that ran ("langgraph_node" or "agent_middleware").
         config: the runnable config of the current run (None: taken from the running context, as LangChain does).
         state_messages: messages in graph state (count), for the payload.
+        base: an `event_payload` already made for `result` (the front doors keep one in their memory), to
+            reuse instead of serializing the result again.
 
     The event is skipped, without error, when there is no parent run to attach it to.
     """
     level, text = log_line(result)
     logger.log(level, text)
-    payload = event_payload(result, mode=mode, door=door, state_messages=state_messages)
+    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
+               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
     if _has_parent_run(config):
         dispatch_custom_event(EVENT_NAME, payload, config=config)
     return payload
 
 
 async def areport(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-                  state_messages: int | None = None) -> dict[str, Any]:
+                  state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Async twin of `report` (dispatches with `adispatch_custom_event`)."""
     level, text = log_line(result)
     logger.log(level, text)
-    payload = event_payload(result, mode=mode, door=door, state_messages=state_messages)
+    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
+               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
     if _has_parent_run(config):
         await adispatch_custom_event(EVENT_NAME, payload, config=config)
     return payload

@@ -445,7 +445,8 @@ class CompactionNode(Runnable[dict, dict]):
             return {}
         plan = plan_compaction(messages, memory, self.policy, mode=self.mode, extra_tokens=self.extra_tokens,
                                key=self.messages_key)
-        report(plan.result, mode=self.mode, door="langgraph_node", config=config, state_messages=len(messages))
+        report(plan.result, mode=self.mode, door="langgraph_node", config=config, state_messages=len(messages),
+               base=plan.memory["last"])
         return self._update(plan)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
@@ -455,7 +456,7 @@ class CompactionNode(Runnable[dict, dict]):
         plan = await aplan_compaction(messages, memory, self.policy, mode=self.mode,
                                       extra_tokens=self.extra_tokens, key=self.messages_key)
         await areport(plan.result, mode=self.mode, door="langgraph_node", config=config,
-                      state_messages=len(messages))
+                      state_messages=len(messages), base=plan.memory["last"])
         return self._update(plan)
 
     def __repr__(self) -> str:

@@ -145,7 +145,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         policy = self.policy_for(request.model)
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
                                extra_tokens=self._extra_tokens(policy, request))
-        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages))
+        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
+               base=plan.memory["last"])
         return self._respond(plan, handler(request.override(messages=plan.model_input)))
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -157,5 +158,6 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         policy = self.policy_for(request.model)
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
                                       extra_tokens=self._extra_tokens(policy, request))
-        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages))
+        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
+                      base=plan.memory["last"])
         return self._respond(plan, await handler(request.override(messages=plan.model_input)))
