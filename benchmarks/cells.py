@@ -157,13 +157,18 @@ def _expect(condition: bool, what: str) -> None:
 def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str) -> Cell:
     node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=token_counter,
                                            model_name=sit.model_name), mode=mode)  # type: ignore[arg-type]
-    memory = node.invoke({"messages": sit.prefix})["compaction"]
+
+    def setup(i: int) -> dict:
+        # the previous model call, untimed: what the node stored then (a call supersedes the counting tally it
+        # was given, so each sample starts again from a real previous call, as in an agent loop)
+        memory = node.invoke({"messages": sit.prefix})["compaction"]
+        return {"messages": grown(sit, i), "compaction": memory}
 
     def check(state: dict, out: dict) -> None:
         _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, lambda i: {"messages": grown(sit, i), "compaction": memory}, node.invoke, check)
+    return Cell(name, True, setup, node.invoke, check)
 
 
 def _middleware_cell(sit: Situation, name: str) -> Cell:
@@ -179,16 +184,17 @@ def _middleware_cell(sit: Situation, name: str) -> Cell:
         return ModelRequest(model=model, messages=rest, system_message=system, tools=[], state=state,  # type: ignore[arg-type]
                             runtime=None)
 
-    primed = middleware.wrap_model_call(request(sit.prefix, None), _handler)
-    memory = primed.command.update["compaction"]  # type: ignore[union-attr]
+    def setup(i: int) -> ModelRequest:
+        # the previous model call, untimed (see _node_cell)
+        primed = middleware.wrap_model_call(request(sit.prefix, None), _handler)
+        return request(grown(sit, i), primed.command.update["compaction"])  # type: ignore[union-attr]
 
     def check(req: ModelRequest, out: Any) -> None:
         update = out.command.update
         _expect(update["compaction"]["last"]["outcome"] == "skipped" and "messages" not in update,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, lambda i: request(grown(sit, i), memory),
-                lambda req: middleware.wrap_model_call(req, _handler), check)
+    return Cell(name, True, setup, lambda req: middleware.wrap_model_call(req, _handler), check)
 
 
 def steady_cells(sit: Situation) -> list[Cell]:

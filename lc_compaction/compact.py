@@ -159,11 +159,19 @@ class _Run:
 
     def unchanged(self, reason: str) -> CompactionResult:
         return CompactionResult(
-            tally=CountTally.of(self.original, self.message_tokens, self.counter, self._all_counts()),
+            tally=self._new_tally(self.original, self.message_tokens, self._all_counts()),
             messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
             budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
+
+    def _new_tally(self, messages: list[BaseMessage], tokens: int, counts: tuple[int, ...] | None) -> CountTally:
+        """This call's tally; the one it was given, now superseded, is forgotten (the registry keeps one entry
+        per live history, not one per call)."""
+        tally = CountTally.of(messages, tokens, self.counter, counts)
+        if self.tally is not None and self.known and self.tally != tally:
+            _PREFIXES.forget(self.tally, self.counter)
+        return tally
 
     def _prefix_counts(self) -> tuple[int, ...] | None:
         """Per-message counts of the prefix the tally covered (remembered by the previous call), if known."""
@@ -270,7 +278,7 @@ class _Run:
         removed = [orig_by_id.get(m.id, m) for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
-        tally = CountTally.of(messages, st.total() - self.fixed, self.counter, tuple(s.tokens for s in st.slots))
+        tally = self._new_tally(messages, st.total() - self.fixed, tuple(s.tokens for s in st.slots))
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,

@@ -100,6 +100,11 @@ class _PrefixRegistry:
             while len(self._data) > self.size:
                 self._data.popitem(last=False)
 
+    def forget(self, tally: CountTally, counter: Any) -> None:
+        """Drop what `tally` remembered (superseded by a newer tally of the same history)."""
+        with self._lock:
+            self._data.pop(self._key(tally, counter), None)
+
     def counts(self, tally: CountTally, counter: Any) -> tuple[int, ...] | None:
         """The per-message counts remembered with `tally` (None when unknown)."""
         with self._lock:
