@@ -91,6 +91,16 @@ MAX_LABELLED = 8
 (with / without compaction) instead of one labelled pair of lines per conversation."""
 
 
+def _axes(ax: Any) -> Any:
+    """`ax`, or a new 9 x 5 inch figure's Axes (pyplot) when None; ImportError when matplotlib is missing."""
+    if ax is None:
+        plt = _require("matplotlib.pyplot")
+        _, ax = plt.subplots(figsize=(9, 5))
+        return ax
+    _require("matplotlib")
+    return ax
+
+
 def plot_context(replays: Replays, window: int | None = None, trigger: float | None = None,
                  ax: Axes | None = None, *, title: str | None = None) -> Axes:
     """Draw the input tokens of every model call, with compaction (solid) and without (dashed, same colour).
@@ -109,11 +119,7 @@ def plot_context(replays: Replays, window: int | None = None, trigger: float | N
     Raises:
         ImportError: matplotlib is not installed.
     """
-    if ax is None:
-        plt = _require("matplotlib.pyplot")
-        _, ax = plt.subplots(figsize=(9, 5))
-    else:
-        _require("matplotlib")
+    ax = _axes(ax)
     convs = _conversations(replays)
     many = len(convs) > MAX_LABELLED
     for k, (name, conv) in enumerate(convs):
@@ -406,11 +412,7 @@ def plot_cumulative(replays: Replays, ax: Axes | None = None, *, title: str | No
     Raises:
         ImportError: matplotlib is not installed.
     """
-    if ax is None:
-        plt = _require("matplotlib.pyplot")
-        _, ax = plt.subplots(figsize=(9, 5))
-    else:
-        _require("matplotlib")
+    ax = _axes(ax)
     _draw(ax, _conversations(replays), cumulative=True)
     ax.set_ylabel("input tokens sent so far")
     ax.set_title(title or "Cumulative input tokens sent")

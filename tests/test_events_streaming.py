@@ -19,7 +19,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessageChunk, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -27,18 +27,12 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from lc_compaction.integrations import EVENT_NAME, CompactionMiddleware, CompactionNode
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import make_summary_message
+from tests.agent_replay import plain_chat
 
 LOGGER = "lc_compaction.integrations.events"
 OPTIMIZED = re.compile(r"Context optimized: ([\d,]+) -> ([\d,]+) tokens \((.+)\), (\d+) messages affected")
 
 
-def _chat(n: int, size: int) -> list:
-    out: list = []
-    for i in range(n):
-        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
-        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
-    out.append(HumanMessage("and finally?", id="last"))
-    return out
 
 
 def _graph(node: CompactionNode, model: Any) -> Any:
@@ -76,7 +70,7 @@ def test_astream_events_shows_compaction_then_skips(caplog: pytest.LogCaptureFix
         return [ev["data"] async for ev in graph.astream_events(turn, config, version="v2")
                 if ev["event"] == "on_custom_event" and ev["name"] == EVENT_NAME]
 
-    first = asyncio.run(collect({"messages": _chat(8, 40)}))
+    first = asyncio.run(collect({"messages": plain_chat(8, 40)}))
     second = asyncio.run(collect({"messages": [HumanMessage("short follow-up", id="f")]}))
     assert len(first) == 1 and len(second) == 1
     ran, skipped = first[0], second[0]
@@ -119,7 +113,7 @@ def test_pinned_part_over_the_window_is_reported_and_still_sent(caplog: pytest.L
 
 def test_event_without_a_parent_run_is_skipped_quietly(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    update = CompactionNode(max_input_tokens=1_000).invoke({"messages": _chat(8, 40)})
+    update = CompactionNode(max_input_tokens=1_000).invoke({"messages": plain_chat(8, 40)})
     assert update["compaction"]["last"]["outcome"] == "compacted"
     assert any(OPTIMIZED.fullmatch(r.getMessage()) for r in caplog.records)
 
@@ -133,13 +127,13 @@ def test_node_ainvoke_and_astream_updates() -> None:
     config = {"configurable": {"thread_id": "a"}}
 
     async def run() -> tuple[dict, list]:
-        out = await graph.ainvoke({"messages": _chat(8, 40)}, config)
+        out = await graph.ainvoke({"messages": plain_chat(8, 40)}, config)
         updates = [u async for u in graph.astream({"messages": [HumanMessage("more?", id="m")]}, config,
                                                   stream_mode="updates")]
         return out, updates
 
     out, updates = asyncio.run(run())
-    assert len(out["messages"]) < len(_chat(8, 40)) + 1
+    assert len(out["messages"]) < len(plain_chat(8, 40)) + 1
     compact_updates = [u["compact"] for u in updates if "compact" in u]
     assert compact_updates[0]["compaction"]["calls"] == 2
     assert compact_updates[0]["compaction"]["last"]["reason"] == "under_trigger"
@@ -150,7 +144,7 @@ def test_middleware_event_in_astream_events() -> None:
     agent = create_agent(model, [], system_prompt="Be brief.", middleware=[CompactionMiddleware()])
 
     async def run() -> list[dict]:
-        return [ev["data"] async for ev in agent.astream_events({"messages": _chat(8, 40)}, version="v2")
+        return [ev["data"] async for ev in agent.astream_events({"messages": plain_chat(8, 40)}, version="v2")
                 if ev["event"] == "on_custom_event" and ev["name"] == EVENT_NAME]
 
     events = asyncio.run(run())
@@ -194,7 +188,7 @@ def test_summarizer_tokens_do_not_stream(tagged: bool) -> None:
     config = {"configurable": {"thread_id": "s"}}
 
     async def run() -> list[Any]:
-        return [message async for message, _meta in graph.astream({"messages": _chat(8, 40)}, config,
+        return [message async for message, _meta in graph.astream({"messages": plain_chat(8, 40)}, config,
                                                                   stream_mode="messages")]
 
     # tokens of chat model calls arrive as AIMessageChunks (whole messages written by nodes arrive as messages)

@@ -31,7 +31,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from typing_extensions import TypedDict
 
-from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays
+from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays, plain_chat
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TruncateToolResults
 from lc_compaction.integrations import CompactionNode, CompactionState, compaction_hook
 
@@ -126,14 +126,6 @@ def _tool_history(n: int, size: int) -> list:
     return out
 
 
-def _chat_history(n: int, size: int) -> list:
-    """n exchanges of long plain text: nothing to truncate, so compaction must drop whole exchanges."""
-    out: list = []
-    for i in range(n):
-        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
-        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
-    out.append(HumanMessage("and finally?", id="last"))
-    return out
 
 
 def _model_free_graph(node: CompactionNode) -> Any:
@@ -165,7 +157,7 @@ def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
 
 
 def test_removal_replaces_the_whole_stored_history() -> None:
-    history = _chat_history(8, 40)
+    history = plain_chat(8, 40)
     node = CompactionNode(max_input_tokens=1_000)
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "r"}}
@@ -180,7 +172,7 @@ def test_removal_replaces_the_whole_stored_history() -> None:
 
 
 def test_messages_without_ids_get_ids_before_any_removal() -> None:
-    history = [m.model_copy(update={"id": None}) for m in _chat_history(8, 40)]
+    history = [m.model_copy(update={"id": None}) for m in plain_chat(8, 40)]
     update = CompactionNode(max_input_tokens=1_000).invoke({"messages": history})  # no parent run: no event
     assert isinstance(update["messages"][0], RemoveMessage)
     written = update["messages"][1:]
@@ -188,7 +180,7 @@ def test_messages_without_ids_get_ids_before_any_removal() -> None:
 
 
 def test_view_mode_leaves_the_state_alone_and_fills_llm_input_messages() -> None:
-    history = _chat_history(8, 40)
+    history = plain_chat(8, 40)
     update = CompactionNode(max_input_tokens=1_000, mode="view").invoke({"messages": history})
     assert "messages" not in update
     assert 0 < len(update["llm_input_messages"]) < len(history)
@@ -257,7 +249,7 @@ def test_custom_state_keys() -> None:
     builder.add_edge("model", END)
     graph = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "k"}}
-    history = _chat_history(8, 40)
+    history = plain_chat(8, 40)
     graph.invoke({"history": history}, config)
     values = graph.get_state(config).values
     assert len(values["history"]) == len(history) + 1

@@ -29,6 +29,7 @@ from tests.agent_replay import (
     check_model_input,
     check_stored_history,
     load_replays,
+    plain_chat,
     wire_tokens,
 )
 from lc_compaction import CompactionPolicy, TruncateToolResults
@@ -106,13 +107,6 @@ def test_async_path_sends_what_the_sync_path_sends() -> None:
 # --------------------------------------------------------------------------------------- what is counted
 
 
-def _chat(n: int, size: int) -> list:
-    out: list = []
-    for i in range(n):
-        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
-        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
-    out.append(HumanMessage("and finally?", id="last"))
-    return out
 
 
 @tool
@@ -133,7 +127,7 @@ def _one_call(history: list, *, system: str | None, tools: list, window: int) ->
 
 
 def test_system_prompt_and_tool_schemas_count_toward_the_trigger() -> None:
-    history = _chat(3, 30)
+    history = plain_chat(3, 30)
     window = 1_000
     alone = wire_tokens(history)
     assert alone < 0.8 * window, "the messages alone must stay under the default trigger (80% of the window)"
@@ -174,7 +168,7 @@ def test_settings_errors() -> None:
 
 
 def test_a_policy_object_and_keyword_settings_give_the_same_result() -> None:
-    history = _chat(6, 30)
+    history = plain_chat(6, 30)
     settings = dict(max_input_tokens=1_000, trigger=("tokens", 600), keep=("messages", 3))
     events = []
     for mw in (CompactionMiddleware(**settings), CompactionMiddleware(CompactionPolicy(**settings))):
@@ -216,7 +210,7 @@ def test_truncation_only_is_stored_in_place() -> None:
 
 
 def test_chat_openai_receives_a_valid_compacted_request() -> None:
-    history = _chat(10, 30)
+    history = plain_chat(10, 30)
     history.insert(1, AIMessage("", id="call", tool_calls=[{"name": "lookup_reservation", "id": "c1",
                                                             "args": {"reservation_id": "ABC123"}}]))
     history.insert(2, ToolMessage("{\"status\": \"confirmed\"} " * 50, tool_call_id="c1", id="res"))
