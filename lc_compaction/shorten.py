@@ -4,8 +4,8 @@ A cut message keeps its id, type, `tool_call_id` and tool calls; its text is cut
 how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
 `{"kind": "shortened", "original_chars": n, "removed_blocks": [...]}`. Content blocks keep their structure:
 text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and media blocks
-(images, files, audio) are removed only when the text alone cannot get the message small enough; the marker
-names them.
+(images, files, audio) are removed, oldest first and only as many as needed, when cutting the text alone cannot
+get the message small enough; the marker names them.
 """
 
 from __future__ import annotations
@@ -57,13 +57,21 @@ def text_length(content: Any) -> int:
     return sum(len(t) for t in (_block_text(b) for b in content) if t is not None)
 
 
-def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool = False) -> BaseMessage:
+def media_count(content: Any) -> int:
+    """How many removable media blocks (`MEDIA_BLOCKS`, not text documents) a content holds."""
+    if isinstance(content, str):
+        return 0
+    return sum(1 for b in content if _block_text(b) is None and isinstance(b, dict) and b.get("type") in MEDIA_BLOCKS)
+
+
+def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False) -> BaseMessage:
     """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
 
     Args:
         message: any message (its id, type, tool_call_id and tool calls are kept).
         keep_chars: characters of text to keep, >= 0.
-        drop_media: also remove image / file / audio / non-text document blocks (named in the marker).
+        drop_media: remove image / file / audio / non-text document blocks (named in the marker): True for all,
+            a number N for the first N of them (the oldest), False for none.
     """
     content = message.content
     original = text_length(content)
@@ -73,11 +81,12 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool = False) 
     else:
         out: list[Any] = []
         budget = keep_chars
+        to_drop = len(content) if drop_media is True else int(drop_media)
         for block in content:
             text = _block_text(block)
             if text is None:
                 kind = block.get("type") if isinstance(block, dict) else None
-                if drop_media and kind in MEDIA_BLOCKS:
+                if kind in MEDIA_BLOCKS and len(removed_blocks) < to_drop:
                     removed_blocks.append(str(kind))
                 else:
                     out.append(block)
@@ -138,11 +147,12 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     message, tokens = state.slots[i].message, state.slots[i].tokens
     length = text_length(message.content)
     best = None
-    for drop_media in (False, True):
-        # text first, in proportion to the tokens to shed; with the media gone, try keeping all the text first
-        keep = length if drop_media else int(length * want / max(tokens, 1))
+    # text first, in proportion to the tokens to shed; then the media blocks one by one (oldest first), each
+    # time keeping all the text first
+    for dropped in range(media_count(message.content) + 1):
+        keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=drop_media)
+            candidate = shorten(message, keep, drop_media=dropped)
             if counter.count_message(candidate) <= want:
                 best = candidate
                 break
@@ -160,4 +170,4 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
                              + (f", removed {', '.join(removed)}" if removed else ""))
 
 
-__all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_TOKENS_TO_CUT", "last_resort", "shorten", "text_length"]
+__all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_TOKENS_TO_CUT", "last_resort", "media_count", "shorten", "text_length"]

@@ -2,9 +2,14 @@
 the k new messages, not the whole history.
 
 A tally is plain JSON (it lives in graph state between model calls), but it is trusted only in the process that
-made it and only for the very message objects it counted (`tally_prefix`): a message replaced by id, edited by
-someone else's node or loaded again from a checkpoint is a new object, and then everything is recounted (the
-per-message count cache still spares the tokenizer for content it has seen).
+made it and only for the very message objects it counted (`tally_prefix`): a message replaced by id (LangGraph's
+`add_messages`, `update_state`, a `RemoveMessage`) or loaded again from a checkpoint is a new object, and then
+everything is recounted (the per-message count cache still spares the tokenizer for content it has seen).
+
+Messages are treated as immutable, as LangChain and LangGraph treat them: a message whose `content` is changed
+in place, on the same object, inside one run, is not seen by the tally (checking every message's content on
+every call would cost more than the counting it saves). Replace it instead (`message.model_copy(update=...)`
+with the same id), or call `compact` without a tally.
 """
 
 from __future__ import annotations

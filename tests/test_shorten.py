@@ -53,3 +53,17 @@ def test_tool_calls_and_tool_use_blocks_are_never_cut_away():
     assert cut.tool_calls == ai.tool_calls and cut.id == "a"
     assert any(b.get("type") == "tool_use" for b in cut.content)
     assert cut.content[0]["text"] == "x" * 10
+
+
+def test_media_blocks_go_one_at_a_time_oldest_first():
+    """Three images and room for one: two go (the oldest), the newest and the text stay."""
+    img = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2048)}}
+    newest = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2049)}}
+    msg = HumanMessage([{"type": "text", "text": "compare these"}, img, img, newest], id="h")
+    result = compact([SystemMessage("sys", id="s"), msg], CompactionPolicy(max_input_tokens=1_500))
+    out = result.messages[-1]
+    assert result.fits
+    assert out.content[0] == {"type": "text", "text": "compare these"}
+    images = [b for b in out.content if b.get("type") == "image_url"]
+    assert images == [newest]
+    assert out.response_metadata[MARK_KEY]["removed_blocks"] == ["image_url", "image_url"]
