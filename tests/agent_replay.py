@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -36,6 +36,7 @@ from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
+from lc_compaction.integrations.events import EVENT_NAME
 from tests.oracle import check_all_structural, default_is_summary, load_traces
 
 CLOSING_TEXT = "[replay: the recording has no reply here]"
@@ -408,3 +409,15 @@ def plain_chat(n: int, size: int) -> list:
         out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
     out.append(HumanMessage("and finally?", id="last"))
     return out
+
+
+
+class EventLog(BaseCallbackHandler):
+    """A callback handler that collects the data of every lc_compaction custom event (`events`)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
+        if name == EVENT_NAME:
+            self.events.append(data)

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessageChunk, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -27,7 +26,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from lc_compaction.integrations import EVENT_NAME, CompactionMiddleware, CompactionNode
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import make_summary_message
-from tests.agent_replay import plain_chat
+from tests.agent_replay import EventLog, plain_chat
 
 LOGGER = "lc_compaction.integrations.events"
 OPTIMIZED = re.compile(r"Context optimized: ([\d,]+) -> ([\d,]+) tokens \((.+)\), (\d+) messages affected")
@@ -47,14 +46,6 @@ def _graph(node: CompactionNode, model: Any) -> Any:
     builder.add_edge("model", END)
     return builder.compile(checkpointer=InMemorySaver())
 
-
-class EventLog(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-
-    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
-        if name == EVENT_NAME:
-            self.events.append(data)
 
 
 # --------------------------------------------------------------------------------------- events and logs

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage, message_to_dict
 from langchain_core.tools import tool
@@ -23,6 +22,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 
 from tests.agent_replay import (
+    EventLog,
     Replay,
     ReplayChatModel,
     ScriptedOpenAIServer,
@@ -33,7 +33,7 @@ from tests.agent_replay import (
     wire_tokens,
 )
 from lc_compaction import CompactionPolicy, TruncateToolResults
-from lc_compaction.integrations import EVENT_NAME, CompactionMiddleware
+from lc_compaction.integrations import CompactionMiddleware
 
 WINDOWS = {
     "tau-bench/gpt-4o-airline/task013-trial0": 4_000,  # 15 user turns, 28 model calls
@@ -42,16 +42,6 @@ WINDOWS = {
 }
 REPLAYS = {r.conv_id: r for r in load_replays(list(WINDOWS))}
 
-
-class EventLog(BaseCallbackHandler):
-    """Collects the data of every lc_compaction custom event."""
-
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-
-    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
-        if name == EVENT_NAME:
-            self.events.append(data)
 
 
 def build_agent(replay: Replay, window: int, mode: str, middleware: CompactionMiddleware | None = None
