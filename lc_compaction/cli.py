@@ -49,6 +49,7 @@ class SizeType(click.ParamType):
         self.clause = clause
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Parse `KIND=VALUE[,KIND=VALUE]` into a `(kind, number)` tuple (or a TriggerClause dict); click usage error otherwise."""
         if not isinstance(value, str):
             return value
         parts = [p.strip() for p in value.split(",")] if self.clause else [value.strip()]

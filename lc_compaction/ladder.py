@@ -45,6 +45,7 @@ class Action:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The action as plain JSON (the same keys as the attributes)."""
         return {"strategy": self.strategy, "kind": self.kind, "message_ids": list(self.message_ids),
                 "tokens_saved": self.tokens_saved, "detail": self.detail}
 
@@ -55,9 +56,13 @@ class Strategy(Protocol):
 
     name: str
 
-    def apply(self, state: LadderState) -> None: ...
+    def apply(self, state: LadderState) -> None:
+        """Change `state` (through its methods) while `state.over_goal()`; may change nothing."""
+        ...
 
-    async def aapply(self, state: LadderState) -> None: ...
+    async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (an LLM call is awaited)."""
+        ...
 
 
 @dataclass
@@ -122,6 +127,7 @@ class LadderState:
         return self.goal_messages is not None and len(self.slots) - removed_messages > self.goal_messages
 
     def is_protected(self, i: int) -> bool:
+        """Whether message `i` is pinned or in the kept recent part (no strategy may remove it)."""
         return self.slots[i].pinned or self.slots[i].kept
 
     def steps(self) -> list[Step]:

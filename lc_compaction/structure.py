@@ -178,6 +178,7 @@ class Repair:
     detail: str = ""
 
     def to_dict(self) -> dict:
+        """The repair as plain JSON (kind, index, tool_call_id, detail)."""
         return {"kind": self.kind, "index": self.index, "tool_call_id": self.tool_call_id, "detail": self.detail}
 
 

@@ -50,6 +50,7 @@ class CountTally:
     counter: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The tally as plain JSON, for graph state (read back with `from_dict`)."""
         return {"length": self.length, "last_id": self.last_id, "first_id": self.first_id,
                 "tokens": self.tokens, "counter": self.counter}
 

@@ -21,6 +21,7 @@ class DropOldExchanges:
     name: str = "drop_old_exchanges"
 
     def apply(self, state: LadderState) -> None:
+        """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal."""
         # Plan once over the current structure (O(n)), then remove in one batch.
         chosen: list[int] = []
         saved = 0
@@ -38,4 +39,5 @@ class DropOldExchanges:
             state.remove(chosen, strategy=self.name, detail=f"{units} exchange(s) or step(s), {len(chosen)} messages")
 
     async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (no I/O: the same work)."""
         self.apply(state)

@@ -97,12 +97,14 @@ class TruncateToolResults:
         return outside, inside
 
     def apply(self, state: LadderState) -> None:
+        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
         outside, inside = self._candidates(state)
         self._truncate(state, outside, "outside the kept part")
         if state.over_goal() and inside and self._kept_part_over_goal(state):
             self._truncate(state, inside, "inside the kept part (it alone is over the goal)")
 
     async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (no I/O: the same work)."""
         self.apply(state)
 
     def _kept_part_over_goal(self, state: LadderState) -> bool:
