@@ -158,34 +158,23 @@ class _Run:
         self.state: LadderState | None = None
 
     def unchanged(self, reason: str) -> CompactionResult:
+        new = self.original[self.known:]
+        counts = [self.counts[id(m)] for m in new] if all(id(m) in self.counts for m in new) else None
+        tally = CountTally.of(self.original, self.message_tokens, self.counter, counts,
+                              grown_from=self.tally if self.known else None)
         return CompactionResult(
-            tally=self._new_tally(self.original, self.message_tokens, self._all_counts()),
-            messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
+            tally=tally, messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
             budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
 
-    def _new_tally(self, messages: list[BaseMessage], tokens: int, counts: tuple[int, ...] | None) -> CountTally:
-        """This call's tally; the one it was given, now superseded, is forgotten (the registry keeps one entry
-        per live history, not one per call)."""
-        tally = CountTally.of(messages, tokens, self.counter, counts)
-        if self.tally is not None and self.known and self.tally != tally:
-            _PREFIXES.forget(self.tally, self.counter)
-        return tally
-
-    def _prefix_counts(self) -> tuple[int, ...] | None:
-        """Per-message counts of the prefix the tally covered (remembered by the previous call), if known."""
+    def _prefix_counts(self) -> Sequence[int] | None:
+        """Per-message counts (tokens) of the prefix the tally covered (remembered by the previous call), if
+        known."""
         if not self.known or self.tally is None:
             return None
         counts = _PREFIXES.counts(self.tally, self.counter)
         return counts if counts is not None and len(counts) == self.known else None
-
-    def _all_counts(self) -> tuple[int, ...] | None:
-        """Per-message counts of the whole input: the remembered prefix plus what this call counted."""
-        prefix = self._prefix_counts() if self.known else ()
-        if prefix is None:
-            return None
-        return prefix + tuple(self.counts[id(m)] for m in self.original[self.known:])
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -278,7 +267,9 @@ class _Run:
         removed = [orig_by_id.get(m.id, m) for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
-        tally = self._new_tally(messages, st.total() - self.fixed, tuple(s.tokens for s in st.slots))
+        tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])
+        if self.tally is not None and self.known and self.tally != tally:  # superseded: one entry per history
+            _PREFIXES.forget(self.tally, self.counter)
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,
