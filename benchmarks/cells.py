@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain.agents.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
@@ -55,7 +55,7 @@ from lc_compaction import CompactionPolicy, TiktokenCounter, compact
 from lc_compaction.integrations.langgraph import CompactionNode
 from lc_compaction.integrations.middleware import CompactionMiddleware
 
-__all__ = ["STEADY_WINDOW", "Cell", "Situation", "firing_cells", "grown", "steady_cells"]
+__all__ = ["HEADLINE", "STEADY_WINDOW", "Cell", "Situation", "firing_cells", "grown", "headline_cell", "steady_cells"]
 
 STEADY_WINDOW = 100_000_000
 """Window (tokens) of the steady-state rows: larger than every history here (8,000 messages are ~2M tokens),
@@ -70,24 +70,33 @@ class Situation:
     """One history size.
 
     Attributes:
-        prefix: the history at the previous model call (the session cut at a call point).
-        exchange: the messages added since: an assistant message with tool calls and their results.
+        prefix: the history at the first model call (the session cut at a call point).
+        exchange: the messages each later call adds: an assistant message with tool calls and their results.
         model_name: chooses the tiktoken encoding of the exact counter.
     """
 
     prefix: list[BaseMessage]
     exchange: list[BaseMessage]
     model_name: str
+    _added: list[BaseMessage] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def messages(self) -> int:
-        """Messages in the measured history (``prefix`` plus ``exchange``)."""
+        """Messages in the history of sample 0 (``prefix`` plus one ``exchange``)."""
         return len(self.prefix) + len(self.exchange)
 
     @property
     def history(self) -> list[BaseMessage]:
-        """The measured history with the exchange as recorded (sample 0 of `grown`)."""
+        """The history of sample 0 (see `grown`)."""
         return grown(self, 0)
+
+    def added(self, exchanges: int) -> list[BaseMessage]:
+        """The first ``exchanges`` exchanges added after ``prefix``, exchange ``j`` relabeled ``~j`` (built
+        once, then the same objects every time, as messages stay in graph state)."""
+        size = len(self.exchange)
+        while len(self._added) < exchanges * size:
+            self._added.extend(_relabeled(self.exchange, len(self._added) // size))
+        return self._added[:exchanges * size]
 
 
 @dataclass
@@ -114,21 +123,28 @@ def _suffix(value: str, i: int) -> str:
     return f"{value}~{i}"
 
 
-def grown(sit: Situation, i: int) -> list[BaseMessage]:
-    """``prefix`` plus the exchange added since the previous call, relabeled for sample ``i``.
-
-    The relabeled messages are copies with ``~i`` appended to their ids and tool call ids (on both the call and
-    its result), so no count cache has seen them; the prefix is the same objects every time (as in graph state).
-    """
-    out = list(sit.prefix)
-    for m in sit.exchange:
-        update: dict[str, Any] = {"id": _suffix(m.id or "m", i)}
+def _relabeled(exchange: list[BaseMessage], j: int) -> list[BaseMessage]:
+    """Copies of ``exchange`` with ``~j`` appended to their ids and tool call ids (on both the call and its
+    result), so no count cache has seen them."""
+    out: list[BaseMessage] = []
+    for m in exchange:
+        update: dict[str, Any] = {"id": _suffix(m.id or "m", j)}
         if isinstance(m, AIMessage) and m.tool_calls:
-            update["tool_calls"] = [{**tc, "id": _suffix(tc["id"], i)} for tc in m.tool_calls]
+            update["tool_calls"] = [{**tc, "id": _suffix(tc["id"], j)} for tc in m.tool_calls]
         if isinstance(m, ToolMessage):
-            update["tool_call_id"] = _suffix(m.tool_call_id, i)
+            update["tool_call_id"] = _suffix(m.tool_call_id, j)
         out.append(m.model_copy(update=update))
     return out
+
+
+def grown(sit: Situation, i: int) -> list[BaseMessage]:
+    """The history at sample ``i``: ``prefix`` plus one exchange per sample 0..i (relabeled, see
+    `Situation.added`); a new list each time, the same message objects (as LangGraph's ``add_messages`` gives).
+
+    Consecutive samples are consecutive model calls of one session: the history at sample ``i - 1`` is the
+    history at sample ``i`` without its last exchange. ``grown(sit, -1)`` is ``prefix``.
+    """
+    return sit.prefix + sit.added(i + 1)
 
 
 def _system_split(messages: list[BaseMessage]) -> tuple[SystemMessage | None, list[BaseMessage]]:
@@ -154,21 +170,52 @@ def _expect(condition: bool, what: str) -> None:
 # ------------------------------------------------------------------------------------------- steady state
 
 
+class _Previous:
+    """What our front door stored at the previous model call, for the next sample's setup.
+
+    ``setup(i)`` takes the memory stored by sample ``i - 1``'s call when that was the last call made (the
+    common case: samples run in order); otherwise (the first sample, or a sample out of sequence such as the
+    peak-memory or profiling pass) it makes that previous call itself, untimed, on ``grown(sit, i - 1)``.
+    """
+
+    def __init__(self, call: Callable[[list[BaseMessage], Any], Any], memory_of: Callable[[Any], Any]) -> None:
+        self.call = call
+        self.memory_of = memory_of
+        self.index: int | None = None
+        self.memory: Any = None
+        self.pending: int | None = None
+
+    def before(self, sit: Situation, i: int) -> Any:
+        """The memory stored at the call before sample ``i``; sample ``i`` is the next one recorded."""
+        if self.index != i - 1:
+            self.memory = self.memory_of(self.call(grown(sit, i - 1), None))
+        self.pending = i
+        return self.memory
+
+    def after(self, out: Any) -> Any:
+        """Record what sample ``pending``'s call stored; returns ``out``."""
+        self.index, self.memory = self.pending, self.memory_of(out)
+        return out
+
+
 def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str) -> Cell:
     node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=token_counter,
                                            model_name=sit.model_name), mode=mode)  # type: ignore[arg-type]
 
+    def call(messages: list[BaseMessage], memory: Any) -> dict:
+        return node.invoke({"messages": messages, "compaction": memory})
+
+    previous = _Previous(call, lambda out: out["compaction"])
+
     def setup(i: int) -> dict:
-        # the previous model call, untimed: what the node stored then (a call supersedes the counting tally it
-        # was given, so each sample starts again from a real previous call, as in an agent loop)
-        memory = node.invoke({"messages": sit.prefix})["compaction"]
+        memory = previous.before(sit, i)
         return {"messages": grown(sit, i), "compaction": memory}
 
     def check(state: dict, out: dict) -> None:
         _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, setup, node.invoke, check)
+    return Cell(name, True, setup, lambda state: previous.after(node.invoke(state)), check)
 
 
 def _middleware_cell(sit: Situation, name: str) -> Cell:
@@ -184,17 +231,30 @@ def _middleware_cell(sit: Situation, name: str) -> Cell:
         return ModelRequest(model=model, messages=rest, system_message=system, tools=[], state=state,  # type: ignore[arg-type]
                             runtime=None)
 
+    def call(messages: list[BaseMessage], memory: Any) -> Any:
+        return middleware.wrap_model_call(request(messages, memory), _handler)
+
+    previous = _Previous(call, lambda out: out.command.update["compaction"])
+
     def setup(i: int) -> ModelRequest:
-        # the previous model call, untimed (see _node_cell)
-        primed = middleware.wrap_model_call(request(sit.prefix, None), _handler)
-        return request(grown(sit, i), primed.command.update["compaction"])  # type: ignore[union-attr]
+        return request(grown(sit, i), previous.before(sit, i))
 
     def check(req: ModelRequest, out: Any) -> None:
         update = out.command.update
         _expect(update["compaction"]["last"]["outcome"] == "skipped" and "messages" not in update,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, setup, lambda req: middleware.wrap_model_call(req, _handler), check)
+    return Cell(name, True, setup, lambda req: previous.after(middleware.wrap_model_call(req, _handler)), check)
+
+
+HEADLINE = "CompactionNode rewrite, exact"
+"""Our row the anchors are compared with in the steady state: what `create_react_agent(pre_model_hook=...)` runs
+by default (rewrite mode, exact counts)."""
+
+
+def headline_cell(sit: Situation) -> Cell:
+    """Our headline steady-state row (`HEADLINE`): `CompactionNode`, rewrite mode, exact counts."""
+    return _node_cell(sit, HEADLINE, mode="rewrite", token_counter="exact")
 
 
 def steady_cells(sit: Situation) -> list[Cell]:
@@ -231,7 +291,7 @@ def steady_cells(sit: Situation) -> list[Cell]:
         return msgs
 
     return [
-        _node_cell(sit, "CompactionNode rewrite, exact", mode="rewrite", token_counter="exact"),
+        headline_cell(sit),
         _node_cell(sit, "CompactionNode view, exact", mode="view", token_counter="exact"),
         _middleware_cell(sit, "CompactionMiddleware rewrite, exact"),
         _node_cell(sit, "CompactionNode rewrite, approximate", mode="rewrite", token_counter="approximate"),

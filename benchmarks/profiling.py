@@ -27,7 +27,7 @@ def _label(key: tuple[str, int, str]) -> str:
 
 
 def profile_calls(setup: Callable[[int], Any], run: Callable[[Any], Any], *, calls: int, top: int = 12,
-                  first_index: int = 20_000) -> dict[str, Any]:
+                  first_index: int = 0) -> dict[str, Any]:
     """Profile ``run(setup(i))`` for ``calls`` samples (setup not profiled) and summarize.
 
     Returns:

@@ -34,7 +34,7 @@ import click
 from tqdm import tqdm
 
 from benchmarks.accuracy import accuracy
-from benchmarks.cells import Cell, Situation, firing_cells, steady_cells
+from benchmarks.cells import HEADLINE, Cell, Situation, firing_cells, headline_cell, steady_cells
 from benchmarks.machine import machine_info
 from benchmarks.profiling import profile_calls
 from benchmarks.results import render, summary, targets
@@ -47,7 +47,7 @@ from benchmarks.session import (
     interleaved_records,
     typical_exchange,
 )
-from benchmarks.timing import measure, peak_memory
+from benchmarks.timing import measure, paired_ratio, peak_memory
 from langchain_core.messages.utils import count_tokens_approximately
 from lc_compaction import TiktokenCounter
 
@@ -92,19 +92,40 @@ def _memory_bytes(result: Any) -> int | None:
 
 def _run_group(cells: list[Cell], *, repeat: int, warmup: int, budget_s: float, memory: bool
                ) -> list[dict[str, Any]]:
-    """Time the cells of one group (round-robin), check each last result, then measure peak memory."""
+    """Time the cells of one group (round-robin), check each last result, then measure peak memory.
+
+    Each row also holds ``ratio_to_ours``: the median over rounds of the cell's time over our headline row's
+    time in the same round (`timing.paired_ratio`), when the group has the headline row."""
     timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s)
+    ours = next((t for c, t in zip(cells, timings) if c.name == HEADLINE), None)
     out = []
     for cell, timing in zip(cells, timings):
         cell.check(timing.last_arg, timing.last)
         row: dict[str, Any] = {"median_ms": timing.median_ms, "min_ms": timing.min_ms, "n": timing.n}
+        if ours is not None and not cell.ours:
+            row["ratio_to_ours"] = paired_ratio(timing, ours)
         state = _memory_bytes(timing.last)
         if state is not None:
             row["state_bytes"] = state
         if memory:
-            row["peak_kib"] = peak_memory(cell.setup, cell.run) / 1024
+            # the next sample in sequence: a chained setup continues from the last timed call
+            row["peak_kib"] = peak_memory(cell.setup, cell.run, index=warmup + timing.n) / 1024
         out.append(row)
     return out
+
+
+def _growth(situations: dict[int, Situation], *, repeat: int, warmup: int, budget_s: float) -> dict[str, Any]:
+    """Our headline steady state at every size in one round-robin group (no anchor in between), so every size
+    meets the same machine conditions: ``{"by_size": {size: {"median_ms", "min_ms", "n"}}, "ratio": median over
+    rounds of the largest size's time over the smallest's}``."""
+    sizes = sorted(situations)
+    cells = [headline_cell(situations[s]) for s in sizes]
+    timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s)
+    for cell, timing in zip(cells, timings):
+        cell.check(timing.last_arg, timing.last)
+    return {"by_size": {str(s): {"median_ms": t.median_ms, "min_ms": t.min_ms, "n": t.n}
+                        for s, t in zip(sizes, timings)},
+            "ratio": paired_ratio(timings[-1], timings[0])}
 
 
 def _situation(session: list, points: list[int], exchange: list, size: int, model_name: str) -> Situation:
@@ -159,9 +180,11 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
                              warmup=warmup if kind == "steady" else 1, budget_s=budget_s, memory=memory)
         for cell, row in zip(cells, figures):
             table.setdefault(cell.name, {"ours": cell.ours, "by_size": {}})["by_size"][str(size)] = row
+    if len(sizes) > 1:
+        results["growth"] = _growth(situations, repeat=2 * repeat, warmup=warmup, budget_s=budget_s)
     if profile:
         largest = situations[max(sizes)]
-        node = steady_cells(largest)[0]
+        node = headline_cell(largest)
         results["profiles"].append({"title": f"{node.name}, steady state, {largest.messages:,} messages",
                                     **profile_calls(node.setup, node.run, calls=10)})
         psize = min(sizes, key=lambda s: abs(s - PROFILE_SIZE))

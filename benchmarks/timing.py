@@ -6,7 +6,8 @@ A cell is a pair of functions (cells measured together form a group):
 - ``run(arg) -> result``: the call being measured; timed with ``time.perf_counter_ns`` (nanoseconds).
 
 ``measure`` runs ``warmup`` samples of each cell first (discarded: imports, first-use caches, branch warm-up),
-then up to ``repeat`` timed samples of each, round-robin across the group's cells; a cell stops early once it has
+then up to ``repeat`` timed samples of each, in rounds across the group's cells (a shuffled order in each
+round); a cell stops early once it has
 ``min_samples`` samples and ``budget_s`` seconds of wall time (setup included) were spent on it, so a slow cell
 cannot blow the run's time budget. The garbage
 collector runs once before the cell and is left on during it (a real call pays its own collections). It does not
@@ -21,6 +22,7 @@ was allocated when the call started. tracemalloc slows Python down several times
 from __future__ import annotations
 
 import gc
+import random
 import statistics
 import time
 import tracemalloc
@@ -28,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Timing", "measure", "peak_memory"]
+__all__ = ["Timing", "measure", "paired_ratio", "peak_memory"]
 
 
 @dataclass
@@ -62,11 +64,14 @@ class Timing:
 
 
 def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], *, repeat: int, warmup: int,
-            budget_s: float, min_samples: int = 3) -> list[Timing]:
+            budget_s: float, min_samples: int = 3, seed: int = 0) -> list[Timing]:
     """Time ``run(setup(i))`` for each ``(setup, run)`` of ``cells``, round-robin (see the module docstring).
 
-    The cells of a group are sampled in turn (one sample of each, then the next round), so a burst of load from
-    other processes hits them alike and their ratios stay meaningful on a busy machine.
+    The cells of a group are sampled in rounds (one sample of each, then the next round), so a burst of load
+    from other processes hits them alike and their ratios stay meaningful on a busy machine. The order within a
+    round is shuffled (``random.Random(seed)``): a call leaves the CPU caches in its own state (an anchor that
+    walks the whole history evicts the tokenizer's tables), so a fixed order would always hand one cell the
+    leftovers of the same neighbour.
 
     Args:
         cells: ``(setup, run)`` pairs: ``setup(i)`` builds the argument of sample ``i`` (0-based over warm-ups then
@@ -76,6 +81,7 @@ def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], 
         budget_s: seconds of wall time (setup, warm-ups and samples) after which a cell stops sampling, once it
             has ``min_samples`` timed samples.
         min_samples: timed samples always taken per cell (capped by ``repeat``).
+        seed: seeds the order of the cells within each round.
 
     Returns:
         One `Timing` per cell, in order.
@@ -95,9 +101,13 @@ def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], 
         spent[k] += time.perf_counter() - start
     timings = [Timing() for _ in cells]
     floor = min(min_samples, repeat)
+    rng = random.Random(seed)
+    order = list(range(len(cells)))
     for j in range(repeat):
         sampled = False
-        for k, (setup, run) in enumerate(cells):
+        rng.shuffle(order)
+        for k in order:
+            setup, run = cells[k]
             timing = timings[k]
             if timing.n >= floor and spent[k] > budget_s:
                 continue
@@ -115,10 +125,23 @@ def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], 
     return timings
 
 
-def peak_memory(setup: Callable[[int], Any], run: Callable[[Any], Any], *, index: int = 10_000) -> int:
+def paired_ratio(numerator: Timing, denominator: Timing) -> float:
+    """Median over rounds of ``numerator``'s sample over ``denominator``'s sample of the same round (NaN when they
+    share no round).
+
+    Cells of one group are sampled round-robin, so samples ``j`` of two cells ran back to back: a burst of load
+    from other processes slows both, and their ratio cancels it, which a ratio of medians does not. A cell that
+    stopped early (its time budget) has fewer samples; its first ``n`` are paired with the other's first ``n``.
+    """
+    ratios = [a / b for a, b in zip(numerator.samples_ns, denominator.samples_ns) if b > 0]
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def peak_memory(setup: Callable[[int], Any], run: Callable[[Any], Any], *, index: int) -> int:
     """Peak Python memory allocated during one ``run(setup(index))`` call, bytes (see the module docstring).
 
-    ``index`` is passed to ``setup`` so that it builds a sample no timed run used (fresh ids, cold new messages).
+    ``index`` is passed to ``setup``: the sample after the last timed one, so that it is a sample no timed run
+    used (fresh ids, new messages) and a chained setup continues from the last timed call.
     """
     arg = setup(index)
     gc.collect()

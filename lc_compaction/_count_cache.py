@@ -45,11 +45,22 @@ def _role(message: BaseMessage) -> str:
 # The per-message cache
 # ---------------------------------------------------------------------------------------------------------------
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
 def _snapshot(value: Any) -> Any:
     """A copy of ``value`` that later in-place edits cannot change (strings are immutable; containers are copied,
-    their leaf strings shared, so a snapshot costs O(structure), not O(text))."""
-    if value is None or isinstance(value, str):
+    their leaf strings shared, so a snapshot costs O(structure), not O(text)). JSON-like data (dicts, lists and
+    tuples of strings, numbers, booleans and None: content blocks, tool calls) is copied directly; anything else
+    goes through ``copy.deepcopy``."""
+    if isinstance(value, _ATOMS):
         return value
+    if type(value) is dict:
+        return {k: _snapshot(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_snapshot(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_snapshot(v) for v in value)
     return copy.deepcopy(value)
 
 

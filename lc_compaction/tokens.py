@@ -292,6 +292,7 @@ class StructuredCounter:
     def __init__(self, *, cache_size: int = 100_000) -> None:
         self._cache = _MessageCache(cache_size)
         self._role_costs: dict[str, int] = {}
+        self._name_costs: dict[str, int] = {}
 
     # -- the protocol -------------------------------------------------------------------------------------------
 
@@ -375,7 +376,7 @@ class StructuredCounter:
     def _count_message_uncached(self, message: BaseMessage) -> int:
         total = MESSAGE_OVERHEAD_TOKENS + self._role_tokens(_role(message))
         if message.name:
-            total += self.count_text(str(message.name)) + NAME_OVERHEAD_TOKENS
+            total += self._name_tokens(str(message.name)) + NAME_OVERHEAD_TOKENS
         tool_calls = getattr(message, "tool_calls", None) or []
         invalid = getattr(message, "invalid_tool_calls", None) or []
         call_ids = frozenset(
@@ -390,10 +391,20 @@ class StructuredCounter:
                 total += self._tool_call_tokens(itc.get("name"), itc.get("args"))
         return total
 
+    def _name_tokens(self, name: str) -> int:
+        """Tokens of a tool or message name: few distinct values, so remembered (at most 4,096 names)."""
+        cost = self._name_costs.get(name)
+        if cost is None:
+            cost = self.count_text(name)
+            if len(self._name_costs) >= 4096:
+                self._name_costs.clear()
+            self._name_costs[name] = cost
+        return cost
+
     def _tool_call_tokens(self, name: Any, args: Any) -> int:
         total = TOOL_CALL_OVERHEAD_TOKENS
         if name:
-            total += self.count_text(str(name))
+            total += self._name_tokens(str(name))
         if args is not None and args != "":
             total += self.count_text(_arguments_json(args))
         return total

@@ -124,14 +124,18 @@ def test_benchmark_histories_are_valid_with_unique_ids():
     points = call_points(session)
     for size in (250, 3_000, 6_000):
         sit = Situation(session[: cut_at(points, size - len(exchange))], exchange, "gpt-4o")
-        for sample in (0, 1):
+        assert len(grown(sit, 0)) <= size
+        for sample in (0, 1, 2):
             history = grown(sit, sample)
-            assert len(history) <= size
             check_all_structural(history, history)  # ids present and unique, tool pairing, order
             call_ids = [tc["id"] for m in history if isinstance(m, AIMessage) for tc in m.tool_calls]
             assert len(call_ids) == len(set(call_ids))
-    first, second = grown(sit, 0)[-len(exchange):], grown(sit, 1)[-len(exchange):]
-    assert not {m.id for m in first} & {m.id for m in second}  # each sample meets new messages
+    previous, history = grown(sit, 0), grown(sit, 1)
+    # consecutive samples are consecutive calls of one session: the previous history, the same objects, then one
+    # exchange of new messages
+    assert len(history) == len(previous) + len(exchange)
+    assert all(a is b for a, b in zip(previous, history))
+    assert not {m.id for m in previous} & {m.id for m in history[len(previous):]}
 
 
 COOKBOOK = [  # OpenAI cookbook, How_to_count_tokens_with_tiktoken, section 6

@@ -58,7 +58,9 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
     door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
     Values the result holds that JSON cannot encode are written as their `str()`.
     """
-    data = json.loads(json.dumps(result.to_dict(), default=str))
+    data = result.to_dict()
+    if result.actions or result.repairs or result.details or result.removed:
+        data = json.loads(json.dumps(data, default=str))  # what a strategy reported may not be plain JSON
     data.update({
         "outcome": "compacted" if result.compacted else "skipped",
         "reason": result.stop_reason,
@@ -70,6 +72,22 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
     return data
 
 
+def _level(result: CompactionResult) -> int:
+    """The logging level of `result`'s log line (see `log_line`)."""
+    if not result.fits:
+        return logging.WARNING
+    if result.compacted or result.stop_reason != "under_trigger":
+        return logging.INFO
+    return logging.DEBUG
+
+
+def _log(result: CompactionResult) -> None:
+    """Write `result`'s log line, formatting it only when the logger would emit it."""
+    level = _level(result)
+    if logger.isEnabledFor(level):
+        logger.log(*log_line(result))
+
+
 def log_line(result: CompactionResult) -> tuple[int, str]:
     """`(logging level, message)` for `result` (see the module docstring for the wording and levels)."""
     if result.compacted:
@@ -77,16 +95,14 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
         text = (f"Context optimized: {result.tokens_before:,} -> {result.tokens_after:,} tokens ({applied}), "
                 f"{messages_affected(result)} messages affected")
         if not result.fits:
-            return logging.WARNING, (f"{text}; still over the budget of {result.budget_tokens:,} tokens "
-                                     "(the pinned part alone is over the window)")
-        return logging.INFO, text
-    reason = result.stop_reason
-    text = f"Context compaction skipped ({reason}): {result.tokens_before:,} tokens, {result.messages_before} messages"
-    if not result.fits:
-        return logging.WARNING, f"{text}; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
-    if reason == "under_trigger":
-        return logging.DEBUG, text
-    return logging.INFO, text
+            text += (f"; still over the budget of {result.budget_tokens:,} tokens "
+                     "(the pinned part alone is over the window)")
+    else:
+        text = (f"Context compaction skipped ({result.stop_reason}): {result.tokens_before:,} tokens, "
+                f"{result.messages_before} messages")
+        if not result.fits:
+            text += f"; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
+    return _level(result), text
 
 
 def _has_parent_run(config: RunnableConfig | None) -> bool:
@@ -114,8 +130,7 @@ def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableC
 
     The event is skipped, without error, when there is no parent run to attach it to.
     """
-    level, text = log_line(result)
-    logger.log(level, text)
+    _log(result)
     payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
                else {**base, "mode": mode, "door": door, "state_messages": state_messages})
     if _has_parent_run(config):
@@ -126,8 +141,7 @@ def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableC
 async def areport(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
                   state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """Async twin of `report` (dispatches with `adispatch_custom_event`)."""
-    level, text = log_line(result)
-    logger.log(level, text)
+    _log(result)
     payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
                else {**base, "mode": mode, "door": door, "state_messages": state_messages})
     if _has_parent_run(config):
