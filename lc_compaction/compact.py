@@ -195,9 +195,12 @@ class _Run:
         counts = self.counts
         prefix = self._prefix_counts()
         if prefix is not None:  # the previous call's counts of the very same objects: no lookups
-            for m, c in zip(self.original, prefix):
-                counts[id(m)] = c
-        slots = [Slot(m, counts[id(m)] if id(m) in counts else self.counter.count_message(m)) for m in msgs]
+            counts.update(zip(map(id, self.original), prefix))
+        known, count = counts.get, self.counter.count_message
+        slots = []
+        for m in msgs:
+            c = known(id(m))
+            slots.append(Slot(m, count(m) if c is None else c))
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
                                  goal_messages=self.goal_messages, pass_name="soft")

@@ -65,7 +65,7 @@ class Strategy(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """One message of the history being compacted, with its token count and protection flags."""
 
@@ -165,14 +165,17 @@ class LadderState:
         return None
 
     # -------------------------------------------------------------- changing
-    def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "") -> int:
-        """Put `message` in place of message `i` (same position); record it; return the tokens saved."""
+    def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
+                tokens: int | None = None) -> int:
+        """Put `message` in place of message `i` (same position); record it; return the tokens saved.
+        `tokens`: `counter.count_message(message)` when the caller already has it."""
         old = self.slots[i]
         if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
                 != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
             raise CompactionInvariantError(
                 f"{strategy} replaced message {i} with one of another type or other tool-call ids")
-        tokens = self.counter.count_message(message)
+        if tokens is None:
+            tokens = self.counter.count_message(message)
         saved = old.tokens - tokens
         self._total -= saved
         self.slots[i] = Slot(message, tokens, old.pinned, old.kept)

@@ -65,9 +65,10 @@ class TruncateToolResults:
         if self.preview_chars < 0:
             raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
 
-    def note(self, message: ToolMessage) -> str:
-        """The one-line note that replaces `message.content`."""
-        text = content_text(message.content)
+    def note(self, message: ToolMessage, text: str | None = None) -> str:
+        """The one-line note that replaces `message.content` (`text`: its `content_text`, when known)."""
+        if text is None:
+            text = content_text(message.content)
         preview = " ".join(text[: self.preview_chars].split())
         more = "..." if len(text) > self.preview_chars else ""
         tool = f" from {message.name}" if message.name else ""
@@ -79,7 +80,7 @@ class TruncateToolResults:
         text = content_text(message.content)
         meta = dict(message.response_metadata or {})
         meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text)}
-        return message.model_copy(update={"content": self.note(message), "response_metadata": meta})
+        return message.model_copy(update={"content": self.note(message, text), "response_metadata": meta})
 
     def _candidates(self, state: LadderState) -> tuple[list[int], list[int]]:
         """(outside, inside): truncatable results outside the kept part, and inside it less the `keep`
@@ -122,6 +123,7 @@ class TruncateToolResults:
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
             new = self.truncated(old.message)  # type: ignore[arg-type]
-            if state.counter.count_message(new) >= old.tokens:
+            tokens = state.counter.count_message(new)
+            if tokens >= old.tokens:
                 continue  # the note would not be smaller
-            state.replace(i, new, strategy=self.name, kind="truncated", detail=where)
+            state.replace(i, new, strategy=self.name, kind="truncated", detail=where, tokens=tokens)
