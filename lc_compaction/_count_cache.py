@@ -12,27 +12,22 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    FunctionMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import BaseMessage, ChatMessage, FunctionMessage
+
+from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
 
 
 def _role(message: BaseMessage) -> str:
     """The role a message is sent with: ``system``, ``user``, ``assistant``, ``tool``, ``function`` or custom."""
-    if isinstance(message, HumanMessage):
+    k = kind(message)
+    if k == HUMAN:
         return "user"
-    if isinstance(message, AIMessage):
+    if k == AI:
         return "assistant"
-    if isinstance(message, SystemMessage):
+    if k == SYSTEM:
         role = message.additional_kwargs.get("__openai_role__")
         return role if isinstance(role, str) and role else "system"
-    if isinstance(message, ToolMessage):
+    if k == TOOL:
         return "tool"
     if isinstance(message, FunctionMessage):
         return "function"
@@ -92,7 +87,7 @@ class _MessageCache:
 
     @staticmethod
     def _parts(message: BaseMessage) -> tuple[Any, Any, Any]:
-        if not isinstance(message, AIMessage):  # getattr on a missing pydantic field is slow: skip it
+        if kind(message) != AI:  # getattr on a missing pydantic field is slow: skip it
             return (message.content, None, None)
         return (message.content, message.tool_calls or None, message.invalid_tool_calls or None)
 
@@ -127,7 +122,7 @@ class _MessageCache:
                 self.hits += 1
             return same[4]
         count = self._lookup(message, compute)
-        if isinstance(content, str) and not (isinstance(message, AIMessage)
+        if isinstance(content, str) and not (kind(message) == AI
                                               and (message.tool_calls or message.invalid_tool_calls)):
             with self._lock:
                 if len(self._same) >= self.maxsize:

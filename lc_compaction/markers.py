@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage
+
+from lc_compaction._kinds import TOOL, kind
 
 MARK_KEY = "lc_compaction"
 """Key under which lc-compaction keeps its marks (`additional_kwargs` / `response_metadata`)."""
@@ -56,7 +58,7 @@ def is_summary(message: BaseMessage) -> bool:
 
 def is_truncated(message: BaseMessage) -> bool:
     """True for a ToolMessage whose content was already truncated (by us or by ContextEditingMiddleware)."""
-    if not isinstance(message, ToolMessage):
+    if kind(message) != TOOL:
         return False
     meta = message.response_metadata or {}
     if _mark(message, "response_metadata").get("kind") == "truncated":

@@ -21,8 +21,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
 from lc_compaction.markers import MARK_KEY, is_summary
 
 ViolationKind = Literal[
@@ -74,13 +75,13 @@ class CompactionInvariantError(AssertionError):
 
 def is_request(message: BaseMessage) -> bool:
     """A user request: a HumanMessage that is not a summary."""
-    return isinstance(message, HumanMessage) and not is_summary(message)
+    return kind(message) == HUMAN and not is_summary(message)
 
 
 def call_ids(message: BaseMessage) -> list[str]:
     """The ids of an AIMessage's `tool_calls` (empty for other messages)."""
-    if isinstance(message, AIMessage) and message.tool_calls:
-        return [tc.get("id") or "" for tc in message.tool_calls]
+    if kind(message) == AI and message.tool_calls:  # type: ignore[attr-defined]
+        return [tc.get("id") or "" for tc in message.tool_calls]  # type: ignore[attr-defined]
     return []
 
 
@@ -93,7 +94,7 @@ def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
     j = i + 1
     if not ids:
         return j
-    while j < len(messages) and isinstance(messages[j], ToolMessage) and messages[j].tool_call_id in ids:
+    while j < len(messages) and kind(messages[j]) == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
         j += 1
     return j
 
@@ -110,8 +111,6 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
 
     Cost: one pass, O(len(messages)).
     """
-    from langchain_core.messages import RemoveMessage
-
     out: list[Violation] = []
     seen_non_system = False
     open_calls: dict[str, int] = {}  # call id -> index of its AIMessage, for the current block
@@ -119,11 +118,12 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     all_calls: dict[str, int] = {}
     in_block = False
     for i, m in enumerate(messages):
-        if isinstance(m, RemoveMessage):
+        k = kind(m)
+        if k == REMOVE:
             out.append(Violation("remove_message", i, detail="RemoveMessage is a state update, not a message"))
             continue
-        if isinstance(m, ToolMessage):
-            tcid = m.tool_call_id
+        if k == TOOL:
+            tcid = m.tool_call_id  # type: ignore[attr-defined]
             if not tcid:
                 out.append(Violation("missing_tool_call_id", i))
             elif tcid in answered:
@@ -145,14 +145,14 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
             out.append(Violation("dangling_tool_call", ai_index, tcid, "no ToolMessage answers it"))
         open_calls = {}
         in_block = False
-        if isinstance(m, SystemMessage):
+        if k == SYSTEM:
             if seen_non_system:
                 out.append(Violation("system_not_at_start", i))
             continue
-        if not seen_non_system and not isinstance(m, HumanMessage):
+        if not seen_non_system and k != HUMAN:
             out.append(Violation("first_message_not_human", i, detail=f"first non-system message is {m.type}"))
         seen_non_system = True
-        ids = call_ids(m)
+        ids = call_ids(m) if k == AI else ()
         if ids:
             for tcid in ids:
                 if tcid in all_calls or tcid in open_calls:
@@ -200,7 +200,7 @@ def normalize_system_messages(messages: Sequence[BaseMessage]) -> tuple[list[Bas
     repairs: list[Repair] = []
     seen_non_system = False
     for i, m in enumerate(messages):
-        if isinstance(m, SystemMessage):
+        if kind(m) == SYSTEM:
             if seen_non_system:
                 kwargs = dict(m.additional_kwargs or {})
                 kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "converted_from": "system"}
@@ -300,19 +300,20 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
-        if isinstance(m, SystemMessage):
+        k = kind(m)
+        if k == SYSTEM:
             steps.append(Step(i, i + 1, "system"))
             i += 1
-        elif isinstance(m, HumanMessage):
+        elif k == HUMAN:
             steps.append(Step(i, i + 1, "summary" if is_summary(m) else "request"))
             i += 1
         else:
             start = i
-            while i < n and not isinstance(messages[i], (HumanMessage, SystemMessage)):
+            while i < n and kind(messages[i]) not in (HUMAN, SYSTEM):
                 m = messages[i]
-                end = tool_block_end(messages, i) if isinstance(m, AIMessage) and m.tool_calls else i + 1
+                end = tool_block_end(messages, i) if kind(m) == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
                 i = end
-                if isinstance(messages[end - 1], ToolMessage):
+                if kind(messages[end - 1]) == TOOL:
                     break  # a step ends after a tool block
             steps.append(Step(start, i, "assistant"))
     return steps

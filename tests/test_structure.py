@@ -83,3 +83,25 @@ def test_a_reused_tool_call_id_is_named_as_such():
     found = [(v.kind, v.index, v.tool_call_id) for v in check_invariants(msgs)]
     assert ("duplicate_tool_call_id", 3, "c1") in found
     assert "already used by message 1" in next(str(v) for v in check_invariants(msgs) if v.kind == "duplicate_tool_call_id")
+
+
+def test_message_kinds_follow_the_class_hierarchy():
+    """The per-class kind cache classifies subclasses (chunks, custom classes) like their base class."""
+    from langchain_core.messages import AIMessageChunk, ChatMessage, FunctionMessage
+
+    from lc_compaction._kinds import AI, HUMAN, OTHER, REMOVE, SYSTEM, TOOL, kind
+
+    class TicketMessage(HumanMessage):
+        pass
+
+    assert kind(AIMessageChunk(content="x")) == AI and kind(AIMessage("x")) == AI
+    assert kind(TicketMessage("help")) == HUMAN and kind(HumanMessage("h")) == HUMAN
+    assert kind(SystemMessage("s")) == SYSTEM and kind(ToolMessage("r", tool_call_id="c")) == TOOL
+    assert kind(RemoveMessage(id="x")) == REMOVE
+    assert kind(ChatMessage(content="c", role="critic")) == OTHER
+    assert kind(FunctionMessage(content="f", name="fn")) == OTHER
+    # a chunk with tool calls pairs with its results like an AIMessage
+    chunk = AIMessageChunk(content="", id="a", tool_calls=[{"name": "t", "args": {}, "id": "c1", "type": "tool_call"}])
+    history = [TicketMessage("q", id="h"), chunk, ToolMessage("r", tool_call_id="c1", id="t")]
+    assert check_invariants(history) == []
+    assert [s.kind for s in split_steps(history)] == ["request", "assistant"]

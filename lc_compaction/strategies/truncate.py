@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import ToolMessage
 
+from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
 
@@ -89,7 +90,7 @@ class TruncateToolResults:
         excluded = set(self.exclude_tools)
         outside, inside = [], []
         for i, m in enumerate(msgs):
-            if (not isinstance(m, ToolMessage) or state.slots[i].pinned or m.name in excluded
+            if (kind(m) != TOOL or state.slots[i].pinned or m.name in excluded
                     or is_truncated(m) or is_shortened(m)):
                 continue
             (inside if state.slots[i].kept else outside).append(i)
