@@ -178,19 +178,33 @@ class _PrefixRegistry:
             n = tally.length
             if entry is None or len(entry.objects) != n:
                 return False
-            objects = entry.objects
-            if not isinstance(messages, list):
-                return all(map(operator.is_, objects, messages))  # stops at the end of `objects` (n items)
-            objects.extend(messages[n:])  # equal lengths: list == list compares item by item, pointers first
-            try:
-                same = objects == messages
-            except Exception:  # an exotic field whose == raises (an array in additional_kwargs): not the same
-                same = False
-            finally:
-                del objects[n:]
-            if same and (objects[0] is not messages[0] or objects[-1] is not messages[n - 1]):
-                objects[:] = messages[:n]
-            return same
+            return starts_with(entry.objects, messages, adopt=True)
+
+
+def starts_with(prefix: list[Any], messages: Sequence[Any], *, adopt: bool = False) -> bool:
+    """Whether `messages` starts with the items of `prefix`: the same objects, or equal ones.
+
+    For a list, one C-level list comparison: identical items are skipped by pointer (no message object is
+    touched), and only an item that is not the same object is compared by value (pydantic equality: same type
+    and fields). `prefix` is extended by the rest of `messages` for the comparison and restored before
+    returning. With `adopt`, a prefix that matched by value (a history loaded again from a checkpoint) takes
+    the current objects, so the next comparison is by pointer again. An `==` that raises counts as a mismatch.
+    """
+    n = len(prefix)
+    if n > len(messages):
+        return False
+    if not isinstance(messages, list):
+        return all(map(operator.is_, prefix, messages))  # stops at the end of `prefix`
+    prefix.extend(messages[n:])  # equal lengths: list == list compares item by item, pointers first
+    try:
+        same = prefix == messages
+    except Exception:  # an exotic field whose == raises (an array in additional_kwargs): not the same
+        same = False
+    finally:
+        del prefix[n:]
+    if same and adopt and n and (prefix[0] is not messages[0] or prefix[-1] is not messages[n - 1]):
+        prefix[:] = messages[:n]
+    return same
 
 
 def _as_array(counts: Sequence[int] | None, n: int) -> array | None:

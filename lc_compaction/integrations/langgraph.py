@@ -22,8 +22,9 @@ Two modes:
 
 Memory between calls lives in graph state under `memory_key` (default "compaction") as plain JSON (see
 `plan_compaction`), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
-result. In view mode it remembers the last model input (its message ids, and the rewritten messages: truncated
-results, summaries), so the next call starts from that view plus the new messages instead of the whole history:
+result. In view mode it remembers the last model input (as runs of the stored history, and the rewritten messages:
+truncated results, summaries; see `view.py`), so the next call starts from that view plus the new messages instead
+of the whole history:
 the model input grows by appending (a stable prompt-cache prefix) and compaction runs only when that view crosses
 the trigger again, exactly as in rewrite mode.
 
@@ -50,8 +51,6 @@ from langchain_core.messages import (
     RemoveMessage,
     SystemMessage,
     convert_to_messages,
-    message_to_dict,
-    messages_from_dict,
 )
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
@@ -60,8 +59,8 @@ from typing_extensions import Required, TypedDict
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.integrations.events import areport, event_payload, report
+from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import check_invariants
 
 __all__ = [
     "MEMORY_VERSION",
@@ -81,8 +80,9 @@ logger = logging.getLogger(__name__)
 Mode = Literal["rewrite", "view"]
 """"rewrite": replace the stored history by the compacted one; "view": store everything, send the compacted list."""
 
-MEMORY_VERSION = 1
-"""Version of the memory layout kept under `memory_key`; memory of another version is ignored (recomputed)."""
+MEMORY_VERSION = 2
+"""Version of the memory layout kept under `memory_key`; memory of another version is ignored (recomputed).
+2: view mode describes its model input as runs of the stored history (1: as a list of every message id)."""
 
 _MODES = ("rewrite", "view")
 
@@ -195,60 +195,37 @@ def _as_messages(messages: Sequence[Any], key: str, start: int = 0) -> list[Base
         raise ValueError(f"state[{key!r}]: could not convert to LangChain messages: {exc}") from exc
 
 
-def _dump(message: BaseMessage) -> dict[str, Any]:
-    """A message as a plain dict (`message_to_dict`), without a ToolMessage's `artifact` (never sent to the
-    model; the stored history keeps it)."""
-    data = message_to_dict(message)
-    data["data"].pop("artifact", None)
-    return data
-
-
-def _rebuild_view(messages: list[BaseMessage], memory: Any, mode: str) -> list[BaseMessage] | None:
-    """The last model input plus the messages added since, from `memory`; None when the memory does not match
-    the stored history (another version or mode, messages removed or reordered by someone else) or the rebuilt
-    list would break a pairing/order rule. Then the caller compacts the whole stored history instead."""
-    if not isinstance(memory, dict) or memory.get("version") != MEMORY_VERSION or memory.get("mode") != mode:
-        return None
-    view = memory.get("view")
-    if not isinstance(view, dict):
-        return None
-    covered, last_id = view.get("covered"), view.get("last_id")
-    if not isinstance(covered, int) or not 0 < covered <= len(messages) or messages[covered - 1].id != last_id:
-        logger.debug("compaction memory does not match the stored history: recomputing from the whole history")
-        return None
-    by_id = {m.id: m for m in messages[:covered]}
-    replaced = view.get("replaced") or {}
-    out: list[BaseMessage] = []
-    for mid in view.get("ids") or []:
-        if mid in replaced:
-            out.extend(messages_from_dict([replaced[mid]]))
-        elif mid in by_id:
-            out.append(by_id[mid])
-        else:
-            logger.debug("message %r of the remembered view is gone from the stored history: recomputing", mid)
-            return None
-    out.extend(messages[covered:])
-    if check_invariants(out):
-        logger.debug("the remembered view plus the new messages breaks an invariant: recomputing")
-        return None
-    return out
+def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
+    """The previous call's memory when it is of this version and mode (else None: start from scratch)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION and memory.get("mode") == mode:
+        return memory
+    return None
 
 
 def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
-             ) -> tuple[list[BaseMessage], list[BaseMessage], list[BaseMessage]]:
+             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage]]:
+    """(stored history as messages with ids, the previous view plus the new messages (view mode), what to
+    compact). Only the messages added since the previous call are checked and given ids: O(k)."""
     if mode not in _MODES:
         raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
-    tally = _tally(memory)
-    start = tally.length if tally is not None and tally.length <= len(messages) else 0
-    original = _as_messages(messages, key, start if mode == "rewrite" else 0)
+    previous = _memory(memory, mode)
+    if mode == "view":
+        view = previous.get("view") if previous is not None else None
+        covered = view.get("covered") if isinstance(view, dict) else None
+        start = covered if isinstance(covered, int) and 0 <= covered <= len(messages) else 0
+    else:
+        tally = _tally(memory)
+        start = tally.length if tally is not None and tally.length <= len(messages) else 0
+    stored = _as_messages(messages, key, start)
+    if stored is not messages:
+        start = 0  # converted: new objects, all of them to check
     # ids before any removal: given in place to the new messages (as SummarizationMiddleware does; LangGraph's
     # add_messages has normally given them already); compact() copies duplicates when it compacts
-    for m in original[start if mode == "rewrite" else 0:]:
+    for m in stored[start:]:
         if not m.id:
             m.id = str(uuid.uuid4())
-    with_ids = original
-    base = _rebuild_view(with_ids, memory, mode) if mode == "view" else None
-    return original, with_ids, base if base is not None else with_ids
+    base = rebuild_view(stored, previous.get("view")) if mode == "view" and previous is not None else None
+    return stored, base, base.messages if base is not None else stored
 
 
 def _tally(memory: Any) -> CountTally | None:
@@ -258,12 +235,12 @@ def _tally(memory: Any) -> CountTally | None:
     return None
 
 
-def _finish(original: list[BaseMessage], with_ids: list[BaseMessage], memory: Any, mode: str,
-            result: CompactionResult) -> CompactionPlan:
+def _finish(stored: list[BaseMessage], base: Rebuilt | None, compacted_from: list[BaseMessage], memory: Any,
+            mode: str, result: CompactionResult) -> CompactionPlan:
     out = result.messages
     if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
         raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
-    old = memory if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION else {}
+    old = _memory(memory, mode) or {}
     new_memory: dict[str, Any] = {
         "version": MEMORY_VERSION,
         "mode": mode,
@@ -276,19 +253,13 @@ def _finish(original: list[BaseMessage], with_ids: list[BaseMessage], memory: An
         new_memory["tally"] = result.tally.to_dict()
     update: list[BaseMessage] | None = None
     if mode == "view":
-        stored = {m.id: m for m in original}
-        new_memory["view"] = {
-            "ids": [m.id for m in out],
-            "covered": len(with_ids),
-            "last_id": with_ids[-1].id,
-            "replaced": {m.id: _dump(m) for m in out if stored.get(m.id) is not m},
-        }
+        new_memory["view"] = view_memory(stored, base, old.get("view"), out, unchanged=out is compacted_from)
     elif result.compacted:
-        stored_ids = {m.id for m in original if m.id}
-        in_place = (len(out) == len(with_ids) and all(a.id == b.id for a, b in zip(out, with_ids))
+        stored_ids = {m.id for m in stored if m.id}
+        in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
                     and all(m.id in stored_ids for m in out))
         if in_place:
-            update = [m for m, before in zip(out, with_ids) if m is not before]
+            update = [m for m, before in zip(out, stored) if m is not before]
         else:
             update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
     # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
@@ -310,12 +281,11 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
         extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`).
         key: the state key the messages come from (named in errors).
 
-    The memory written (plain JSON, bounded by the size of the model input):
-    `{"version": 1, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call>,
+    The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
+    `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call>,
     "tally": <CountTally.to_dict(): what was counted, so the next call counts only the new messages>,
-    "view": {"ids": [ids of the model input, in order], "covered": <stored messages it covers>,
-    "last_id": <id of the last of them>, "replaced": {id: message_to_dict of a message that differs from the
-    stored one (truncated, summary)}}}`; "view" only in view mode.
+    "view": <the model input as runs of the stored history and rewritten messages (truncated results,
+    summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
 
     Raises:
         ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
@@ -324,9 +294,9 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     """
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    original, with_ids, base = _prepare(messages, memory, mode, key)
-    return _finish(original, with_ids, memory, mode,
-                   compact(base, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
+    stored, base, to_compact = _prepare(messages, memory, mode, key)
+    return _finish(stored, base, to_compact, memory, mode,
+                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
@@ -334,9 +304,9 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    original, with_ids, base = _prepare(messages, memory, mode, key)
-    return _finish(original, with_ids, memory, mode,
-                   await acompact(base, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
+    stored, base, to_compact = _prepare(messages, memory, mode, key)
+    return _finish(stored, base, to_compact, memory, mode,
+                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
 
 
 # ----------------------------------------------------------------------------------------------- the node
