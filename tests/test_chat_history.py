@@ -345,7 +345,8 @@ def test_summarize_with_a_chat_model_is_called_per_compaction_not_per_turn() -> 
 # ----------------------------------------------------------------------------- the view: stable and cheap
 def test_reads_are_stable_and_cost_only_the_new_messages() -> None:
     """Reading twice without an add returns equal lists of the same messages and counts nothing; a read after
-    k new messages tokenizes exactly those k (the earlier view is carried forward, not recomputed)."""
+    k new messages tokenizes and looks up exactly those k (the earlier view and its count are carried forward, not
+    recomputed)."""
     counter = TiktokenCounter()
     policy = CompactionPolicy(max_input_tokens=4_000, token_counter=counter)
     history = CompactingChatMessageHistory(memory_history(), policy)
@@ -366,7 +367,10 @@ def test_reads_are_stable_and_cost_only_the_new_messages() -> None:
     history.add_messages(new)
     before = counter.cache_info()
     third = history.messages
-    assert counter.cache_info()["misses"] - before["misses"] == len(new)
+    after = counter.cache_info()
+    assert after["misses"] - before["misses"] == len(new)
+    # and only they are looked up: each compact() call gets the previous one's count tally
+    assert (after["hits"] + after["misses"]) - (before["hits"] + before["misses"]) == len(new)
     assert third == first + new
 
 
