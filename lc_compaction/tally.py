@@ -161,10 +161,13 @@ class _PrefixRegistry:
             self._data.pop(self._key(tally, counter), None)
 
     def counts(self, tally: CountTally, counter: Any) -> Sequence[int] | None:
-        """The per-message counts (tokens) remembered with `tally` (None when unknown)."""
+        """A copy of the per-message counts (tokens) remembered with `tally` (None when unknown). A copy: another
+        call that grows the same history extends the remembered array in place."""
         with self._lock:
             entry = self._data.get(self._key(tally, counter))
-            return entry.counts if entry is not None and len(entry.objects) == tally.length else None
+            if entry is None or entry.counts is None or len(entry.objects) != tally.length:
+                return None
+            return entry.counts[:tally.length]
 
     def covers(self, tally: CountTally, counter: Any, messages: Sequence[Any]) -> bool:
         """Whether `messages` starts with the objects `tally` counted, or with equal ones (see `tally_prefix`).
@@ -184,27 +187,45 @@ class _PrefixRegistry:
 def starts_with(prefix: list[Any], messages: Sequence[Any], *, adopt: bool = False) -> bool:
     """Whether `messages` starts with the items of `prefix`: the same objects, or equal ones.
 
-    For a list, one C-level list comparison: identical items are skipped by pointer (no message object is
-    touched), and only an item that is not the same object is compared by value (pydantic equality: same type
-    and fields). `prefix` is extended by the rest of `messages` for the comparison and restored before
-    returning. With `adopt`, a prefix that matched by value (a history loaded again from a checkpoint) takes
-    the current objects, so the next comparison is by pointer again. An `==` that raises counts as a mismatch.
+    When the first items are the same object (messages kept in graph state within a run), one C-level list
+    comparison: identical items are skipped by pointer (no message object is touched), and only an item that
+    is not the same object is compared by value (pydantic equality). When they are not (a history loaded again
+    from a checkpoint: new objects), each pair is compared by class and fields (`__dict__`, a C-level dict
+    comparison, cheaper than pydantic's `__eq__`). With `adopt`, a prefix that matched by value takes the
+    current objects, so the next comparison is by pointer again. An `==` that raises counts as a mismatch.
+
+    Python equality is a little coarser than the JSON a model receives (`1 == True`, `10**20 == 1e20`): a message
+    replaced by one that differs only so is taken as unchanged (the per-message count cache does the same).
     """
     n = len(prefix)
     if n > len(messages):
         return False
-    if not isinstance(messages, list):
-        return all(map(operator.is_, prefix, messages))  # stops at the end of `prefix`
-    prefix.extend(messages[n:])  # equal lengths: list == list compares item by item, pointers first
+    if not n:
+        return True
     try:
-        same = prefix == messages
+        if prefix[0] is not messages[0]:
+            same = _same_fields(prefix, messages)
+        elif not isinstance(messages, list):
+            return all(map(operator.is_, prefix, messages))  # stops at the end of `prefix`
+        else:
+            prefix.extend(messages[n:])  # equal lengths: list == list compares item by item, pointers first
+            try:
+                same = prefix == messages
+            finally:
+                del prefix[n:]
     except Exception:  # an exotic field whose == raises (an array in additional_kwargs): not the same
-        same = False
-    finally:
-        del prefix[n:]
-    if same and adopt and n and (prefix[0] is not messages[0] or prefix[-1] is not messages[n - 1]):
+        return False
+    if same and adopt and (prefix[0] is not messages[0] or prefix[-1] is not messages[n - 1]):
         prefix[:] = messages[:n]
     return same
+
+
+def _same_fields(prefix: list[Any], messages: Sequence[Any]) -> bool:
+    """Each item of `prefix` is the item of `messages` at its position, or one of the same class and fields."""
+    for a, b in zip(prefix, messages):  # stops at the end of `prefix`
+        if a is not b and (type(a) is not type(b) or a.__dict__ != b.__dict__):
+            return False
+    return True
 
 
 def _as_array(counts: Sequence[int] | None, n: int) -> array | None:

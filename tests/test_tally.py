@@ -106,3 +106,51 @@ def test_a_tally_from_json_in_a_fresh_process_covers_nothing():
     result = compact(msgs + tool_turn(9, 10), policy, tally=foreign)
     assert lookups(counter) - before == len(msgs) + 4
     assert result.tokens_before == counter.count_messages(msgs + tool_turn(9, 10))
+
+
+def test_a_call_that_grows_the_same_history_meanwhile_cannot_change_the_counts_a_compaction_reuses(monkeypatch):
+    """Two calls from one tally at once (two branches of a graph): thread A compacts, thread B makes a steady call
+    that extends the remembered snapshot in place while A holds the prefix counts. A's figures stay exact."""
+    import importlib
+    import threading
+
+    compact_module = importlib.import_module("lc_compaction.compact")
+    counter = ApproximateCounter()
+    firing = CompactionPolicy(max_input_tokens=2000, token_counter=counter)
+    steady_policy = steady(counter)
+    base = history(8, 10)
+    first = compact(base, steady_policy)
+    branch_a = base + tool_turn(50, 8000)  # over the window: compacts
+    branch_b = base + tool_turn(60, 1)
+    a_has_counts, b_done = threading.Event(), threading.Event()
+    original = compact_module._Run._prefix_counts
+
+    def prefix_counts_then_wait(self):  # stands for a thread switch right after A read the prefix counts
+        counts = original(self)
+        if threading.current_thread().name == "A":
+            a_has_counts.set()
+            b_done.wait(5)
+        return counts
+
+    monkeypatch.setattr(compact_module._Run, "_prefix_counts", prefix_counts_then_wait)
+    out = {}
+
+    def run_a():
+        out["a"] = compact(branch_a, firing, tally=first.tally)
+
+    def run_b():
+        a_has_counts.wait(5)
+        out["b"] = compact(branch_b, steady_policy, tally=first.tally)
+        b_done.set()
+
+    threads = [threading.Thread(target=run_a, name="A"), threading.Thread(target=run_b, name="B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reference = ApproximateCounter(cache_size=0)
+    a = out["a"]
+    assert a.triggered and a.actions
+    assert a.tokens_before == reference.count_messages(branch_a)
+    assert a.tokens_after == reference.count_messages(a.messages)
+    assert out["b"].tokens_before == reference.count_messages(branch_b)
