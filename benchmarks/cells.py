@@ -2,20 +2,23 @@
 
 Two situations, each at every history size (see ``session.py`` for how a history "of N messages" is built):
 
-**Steady state** (nothing to compact; the common case, paid on every model call). The previous model call was
-made on ``prefix`` (the session cut at a call point); since then the history grew by one exchange, the same at
-every size (``exchange``: the session's median tool exchange, see ``session.typical_exchange``), so the sizes
-differ only by the history before it. Our front doors are *primed* by a real call on ``prefix``, and what they
-store between calls (the node's ``compaction`` memory, the per-message count cache of the policy's counter) is
-carried into the measured call on ``prefix + exchange``, exactly as LangGraph passes state from one step to the
-next. Every sample relabels the exchange (fresh message and tool call ids, see `grown`), so each sample meets new
-messages, as a real next call does. The window is `STEADY_WINDOW`, larger than every history here, so no call
-compacts (checked).
+**Steady state** (nothing to compact; the common case, paid on every model call). Consecutive samples are
+consecutive model calls of one session: the history at sample ``i`` is the one at sample ``i - 1`` plus one
+exchange, the same at every size (``exchange``: the session's median tool exchange, see
+``session.typical_exchange``, relabeled each time with fresh message and tool call ids, see `grown`), so the sizes
+differ only by the history before it and every sample meets new messages. Our front doors get what they stored at
+the previous sample's call (the node's ``compaction`` memory; the per-message count cache of the policy's
+counter), exactly as LangGraph passes state from one step to the next; the first sample's previous call is made
+untimed (`_Previous`). Our nodes get a config like LangGraph's (`graph_config`). One more row of ours
+(`RELOADED`) makes every call the first of a graph run on a checkpointed thread: the history comes back from
+LangGraph's checkpoint serializer as new, equal objects. The window is `STEADY_WINDOW`, larger than every history
+here, so no call compacts (checked after every call).
 
 **Firing** (compaction runs, no LLM). The window is set so the history is at ``fill`` times it (0.85: just over
 the default 80% trigger; 2.0: twice the window, e.g. a long session resumed with a smaller model). Our rows
 count ``prefix`` first (the previous call did), untimed, with a fresh counter per sample; then the timed call
-counts the new exchange and compacts. Every call is checked to have compacted and to fit.
+counts the new exchange and compacts (the node gets the memory that previous call stored). Every call is checked
+to have compacted and to fit.
 
 Anchors (LangChain, same process, same histories):
 
@@ -39,6 +42,7 @@ fill as ours.
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,20 +50,28 @@ from typing import Any
 from langchain.agents.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
 from langchain.agents.middleware.summarization import SummarizationMiddleware
 from langchain.agents.middleware.types import ModelRequest, ModelResponse
+from langchain_core.callbacks.manager import CallbackManager
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage, trim_messages
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.runtime import Runtime
 
 from lc_compaction import CompactionPolicy, TiktokenCounter, compact
 from lc_compaction.integrations.langgraph import CompactionNode
 from lc_compaction.integrations.middleware import CompactionMiddleware
 
-__all__ = ["HEADLINE", "STEADY_WINDOW", "Cell", "Situation", "firing_cells", "grown", "headline_cell", "steady_cells"]
+__all__ = ["HEADLINE", "RELOADED", "STEADY_WINDOW", "Cell", "Situation", "firing_cells", "graph_config", "grown",
+           "headline_cell", "steady_cells"]
 
 STEADY_WINDOW = 100_000_000
 """Window (tokens) of the steady-state rows: larger than every history here (8,000 messages are ~2M tokens),
 so nothing is compacted and what is measured is the cost of deciding that."""
+
+_SERDE = JsonPlusSerializer()
+"""LangGraph's checkpoint serializer (what InMemorySaver and SqliteSaver store messages with)."""
 
 REPLY = AIMessage(content="ok", id="benchmark-reply")
 """What the fake model handler returns to the middlewares (never part of a measured history)."""
@@ -198,24 +210,37 @@ class _Previous:
         return out
 
 
-def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str) -> Cell:
+def graph_config() -> RunnableConfig:
+    """A config like the one LangGraph gives a node: the callback manager of the node's run (a parent run id; no
+    handler attached, as in an ``invoke`` without callbacks or tracing)."""
+    return {"callbacks": CallbackManager(handlers=[], parent_run_id=uuid.uuid4())}
+
+
+def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str, reloaded: bool = False) -> Cell:
+    """Our node in the steady state. ``reloaded``: every call is the first of a graph run on a checkpointed
+    thread, so the history comes back from the checkpointer as new (equal) objects: each sample's history goes
+    through LangGraph's checkpoint serializer (untimed) before the call."""
     node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=token_counter,
                                            model_name=sit.model_name), mode=mode)  # type: ignore[arg-type]
+    config = graph_config()
 
     def call(messages: list[BaseMessage], memory: Any) -> dict:
-        return node.invoke({"messages": messages, "compaction": memory})
+        return node.invoke({"messages": messages, "compaction": memory}, config)
 
     previous = _Previous(call, lambda out: out["compaction"])
 
     def setup(i: int) -> dict:
         memory = previous.before(sit, i)
-        return {"messages": grown(sit, i), "compaction": memory}
+        messages = grown(sit, i)
+        if reloaded:
+            messages = _SERDE.loads_typed(_SERDE.dumps_typed(messages))
+        return {"messages": messages, "compaction": memory}
 
     def check(state: dict, out: dict) -> None:
         _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, setup, lambda state: previous.after(node.invoke(state)), check)
+    return Cell(name, True, setup, lambda state: previous.after(node.invoke(state, config)), check)
 
 
 def _middleware_cell(sit: Situation, name: str) -> Cell:
@@ -244,12 +269,26 @@ def _middleware_cell(sit: Situation, name: str) -> Cell:
         _expect(update["compaction"]["last"]["outcome"] == "skipped" and "messages" not in update,
                 f"{name}: compacted in the steady state")
 
-    return Cell(name, True, setup, lambda req: previous.after(middleware.wrap_model_call(req, _handler)), check)
+    config = graph_config()
+
+    def run(req: ModelRequest) -> Any:
+        token = var_child_runnable_config.set(config)  # the model node's config, as LangGraph sets it
+        try:
+            return previous.after(middleware.wrap_model_call(req, _handler))
+        finally:
+            var_child_runnable_config.reset(token)
+
+    return Cell(name, True, setup, run, check)
 
 
 HEADLINE = "CompactionNode rewrite, exact"
 """Our row the anchors are compared with in the steady state: what `create_react_agent(pre_model_hook=...)` runs
 by default (rewrite mode, exact counts)."""
+
+
+RELOADED = "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)"
+"""The headline node when the call is the first of a graph run on a checkpointed thread (each user turn of a
+chat app): the history is new objects, equal to those of the previous call, so it is compared by value."""
 
 
 def headline_cell(sit: Situation) -> Cell:
@@ -292,6 +331,7 @@ def steady_cells(sit: Situation) -> list[Cell]:
 
     return [
         headline_cell(sit),
+        _node_cell(sit, RELOADED, mode="rewrite", token_counter="exact", reloaded=True),
         _node_cell(sit, "CompactionNode view, exact", mode="view", token_counter="exact"),
         _middleware_cell(sit, "CompactionMiddleware rewrite, exact"),
         _node_cell(sit, "CompactionNode rewrite, approximate", mode="rewrite", token_counter="approximate"),
@@ -347,8 +387,12 @@ def firing_cells(sit: Situation, fill: float) -> list[Cell]:
         return check
 
     def node_setup(i: int) -> tuple[CompactionNode, dict]:
-        node = CompactionNode(CompactionPolicy(max_input_tokens=window, token_counter=primed_counter()))
-        return node, {"messages": history}
+        counter = primed_counter()
+        # the previous model call (nothing to compact then): its memory carries the count tally
+        memory = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=counter)).invoke(
+            {"messages": prefix})["compaction"]
+        node = CompactionNode(CompactionPolicy(max_input_tokens=window, token_counter=counter))
+        return node, {"messages": history, "compaction": memory}
 
     def node_compacted(arg: Any, out: dict) -> None:
         last = out["compaction"]["last"]

@@ -47,7 +47,7 @@ from benchmarks.session import (
     interleaved_records,
     typical_exchange,
 )
-from benchmarks.timing import measure, paired_ratio, peak_memory
+from benchmarks.timing import flush_caches, measure, paired_ratio, peak_memory
 from langchain_core.messages.utils import count_tokens_approximately
 from lc_compaction import TiktokenCounter
 
@@ -96,11 +96,11 @@ def _run_group(cells: list[Cell], *, repeat: int, warmup: int, budget_s: float, 
 
     Each row also holds ``ratio_to_ours``: the median over rounds of the cell's time over our headline row's
     time in the same round (`timing.paired_ratio`), when the group has the headline row."""
-    timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s)
+    timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s,
+                      checks=[c.check for c in cells])
     ours = next((t for c, t in zip(cells, timings) if c.name == HEADLINE), None)
     out = []
     for cell, timing in zip(cells, timings):
-        cell.check(timing.last_arg, timing.last)
         row: dict[str, Any] = {"median_ms": timing.median_ms, "min_ms": timing.min_ms, "n": timing.n}
         if ours is not None and not cell.ours:
             row["ratio_to_ours"] = paired_ratio(timing, ours)
@@ -114,18 +114,24 @@ def _run_group(cells: list[Cell], *, repeat: int, warmup: int, budget_s: float, 
     return out
 
 
-def _growth(situations: dict[int, Situation], *, repeat: int, warmup: int, budget_s: float) -> dict[str, Any]:
-    """Our headline steady state at every size in one round-robin group (no anchor in between), so every size
-    meets the same machine conditions: ``{"by_size": {size: {"median_ms", "min_ms", "n"}}, "ratio": median over
-    rounds of the largest size's time over the smallest's}``."""
+def _conditions(situations: dict[int, Situation], *, repeat: int, warmup: int, budget_s: float
+                ) -> dict[str, Any]:
+    """Our headline steady state at every size in one round-robin group with nothing else in between, twice:
+    "warm" (each call finds what the previous calls left in the CPU caches) and "cold" (the caches are flushed
+    before every call, `timing.flush_caches`). Every size meets the same conditions, which the main table cannot
+    give: there the anchors between our samples walk the whole history and evict more of the caches the longer
+    it is. ``{condition: {"by_size": {size: {"median_ms", "min_ms", "n"}}, "ratio": median over rounds of the
+    largest size's time over the smallest's}}``."""
     sizes = sorted(situations)
-    cells = [headline_cell(situations[s]) for s in sizes]
-    timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s)
-    for cell, timing in zip(cells, timings):
-        cell.check(timing.last_arg, timing.last)
-    return {"by_size": {str(s): {"median_ms": t.median_ms, "min_ms": t.min_ms, "n": t.n}
-                        for s, t in zip(sizes, timings)},
-            "ratio": paired_ratio(timings[-1], timings[0])}
+    out: dict[str, Any] = {}
+    for condition, before_each in (("warm", None), ("cold", flush_caches)):
+        cells = [headline_cell(situations[s]) for s in sizes]
+        timings = measure([(c.setup, c.run) for c in cells], repeat=repeat, warmup=warmup, budget_s=budget_s,
+                          checks=[c.check for c in cells], before_each=before_each)
+        out[condition] = {"by_size": {str(s): {"median_ms": t.median_ms, "min_ms": t.min_ms, "n": t.n}
+                                      for s, t in zip(sizes, timings)},
+                          "ratio": paired_ratio(timings[-1], timings[0])}
+    return out
 
 
 def _situation(session: list, points: list[int], exchange: list, size: int, model_name: str) -> Situation:
@@ -181,7 +187,7 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
         for cell, row in zip(cells, figures):
             table.setdefault(cell.name, {"ours": cell.ours, "by_size": {}})["by_size"][str(size)] = row
     if len(sizes) > 1:
-        results["growth"] = _growth(situations, repeat=2 * repeat, warmup=warmup, budget_s=budget_s)
+        results["conditions"] = _conditions(situations, repeat=2 * repeat, warmup=warmup, budget_s=budget_s)
     if profile:
         largest = situations[max(sizes)]
         node = headline_cell(largest)

@@ -30,7 +30,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Timing", "measure", "paired_ratio", "peak_memory"]
+__all__ = ["Timing", "flush_caches", "measure", "paired_ratio", "peak_memory"]
+
+_FLUSH: list[bytearray] = []
+
+
+def flush_caches() -> None:
+    """Evict the CPU caches: write one byte in every 64-byte line of a 64 MiB buffer (more than the last-level
+    cache of the machines this runs on; allocated on first use), as a model call, the tools and a checkpoint
+    write do between two compactions of a real agent loop."""
+    if not _FLUSH:
+        _FLUSH.append(bytearray(64 * 1024 * 1024))
+    buffer = _FLUSH[0]
+    buffer[::64] = b"\x01" * len(range(0, len(buffer), 64))
 
 
 @dataclass
@@ -64,7 +76,9 @@ class Timing:
 
 
 def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], *, repeat: int, warmup: int,
-            budget_s: float, min_samples: int = 3, seed: int = 0) -> list[Timing]:
+            budget_s: float, min_samples: int = 3, seed: int = 0,
+            checks: Sequence[Callable[[Any, Any], None] | None] | None = None,
+            before_each: Callable[[], None] | None = None) -> list[Timing]:
     """Time ``run(setup(i))`` for each ``(setup, run)`` of ``cells``, round-robin (see the module docstring).
 
     The cells of a group are sampled in rounds (one sample of each, then the next round), so a burst of load
@@ -82,6 +96,8 @@ def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], 
             has ``min_samples`` timed samples.
         min_samples: timed samples always taken per cell (capped by ``repeat``).
         seed: seeds the order of the cells within each round.
+        checks: per cell, ``check(arg, result)`` run after every timed sample (untimed), or None.
+        before_each: run before every timed sample, untimed (e.g. to flush the CPU caches).
 
     Returns:
         One `Timing` per cell, in order.
@@ -114,9 +130,13 @@ def measure(cells: Sequence[tuple[Callable[[int], Any], Callable[[Any], Any]]], 
             sampled = True
             start = time.perf_counter()
             arg = setup(warmup + j)
+            if before_each is not None:
+                before_each()
             t0 = time.perf_counter_ns()
             result = run(arg)
             t1 = time.perf_counter_ns()
+            if checks is not None and checks[k] is not None:
+                checks[k](arg, result)  # type: ignore[misc]
             spent[k] += time.perf_counter() - start
             timing.samples_ns.append(t1 - t0)
             timing.last_arg, timing.last = arg, result

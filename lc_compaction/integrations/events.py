@@ -106,13 +106,15 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
 
 
 def _has_parent_run(config: RunnableConfig | None) -> bool:
-    """Whether `config` (or the running context when None) belongs to a run an event can be attached to: the
-    condition under which `dispatch_custom_event` does not raise."""
+    """Whether `config` (or the running context when None) belongs to a run an event can be attached to (the
+    condition under which `dispatch_custom_event` does not raise) and some handler would receive it (tracing
+    configured by environment variables included)."""
     config = ensure_config(config)
     callbacks = config.get("callbacks")
     if not callbacks:
         return False  # no handlers and no parent run: nothing to attach to (and no manager to build)
-    return get_callback_manager_for_config(config).parent_run_id is not None
+    manager = get_callback_manager_for_config(config)
+    return manager.parent_run_id is not None and bool(manager.handlers)
 
 
 def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
