@@ -281,15 +281,17 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         if flag:
             slots[i].pinned = True
     # a pinned message pins its whole step (a tool block is never split) ...
+    pinned = [s.pinned for s in slots]
     for st in steps:
-        if any(slots[i].pinned for i in st.indices):
+        if st.end - st.start > 1 and True in pinned[st.start:st.end]:
             for i in st.indices:
                 slots[i].pinned = True
     # ... and the request of its exchange, so no answer is left without its question
+    held = [s.pinned or s.kept for s in slots]
     for ex in split_exchanges(steps):
-        if ex.request is None:
+        if ex.request is None or not ex.steps:
             continue
-        if any(slots[i].pinned or slots[i].kept for st in ex.steps for i in st.indices):
+        if True in held[ex.steps[0].start:ex.steps[-1].end]:
             slots[ex.request].pinned = True
 
 

@@ -90,11 +90,17 @@ def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
 
     The block covers the run of ToolMessages right after the AIMessage that answer its calls.
     """
+    return _block_end(messages, [kind(m) for m in messages[i:]], i, offset=i)
+
+
+def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, offset: int = 0) -> int:
+    """`tool_block_end` with the kinds of the messages known (`kinds[j - offset]` is the kind of message j)."""
     ids = set(call_ids(messages[i]))
     j = i + 1
     if not ids:
         return j
-    while j < len(messages) and kind(messages[j]) == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
+    n = len(messages)
+    while j < n and kinds[j - offset] == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
         j += 1
     return j
 
@@ -152,7 +158,7 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
         if not seen_non_system and k != HUMAN:
             out.append(Violation("first_message_not_human", i, detail=f"first non-system message is {m.type}"))
         seen_non_system = True
-        ids = call_ids(m) if k == AI else ()
+        ids = [tc.get("id") or "" for tc in m.tool_calls] if k == AI and m.tool_calls else ()  # type: ignore[attr-defined]
         if ids:
             for tcid in ids:
                 if tcid in all_calls or tcid in open_calls:
@@ -297,10 +303,11 @@ class Step(NamedTuple):
 def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
     """Partition the whole list into steps (see the module docstring). O(len(messages))."""
     steps: list[Step] = []
+    kinds = [kind(m) for m in messages]
     i, n = 0, len(messages)
     while i < n:
         m = messages[i]
-        k = kind(m)
+        k = kinds[i]
         if k == SYSTEM:
             steps.append(Step(i, i + 1, "system"))
             i += 1
@@ -309,11 +316,11 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             i += 1
         else:
             start = i
-            while i < n and kind(messages[i]) not in (HUMAN, SYSTEM):
+            while i < n and kinds[i] != HUMAN and kinds[i] != SYSTEM:
                 m = messages[i]
-                end = tool_block_end(messages, i) if kind(m) == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
+                end = _block_end(messages, kinds, i) if kinds[i] == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
                 i = end
-                if kind(messages[end - 1]) == TOOL:
+                if kinds[end - 1] == TOOL:
                     break  # a step ends after a tool block
             steps.append(Step(start, i, "assistant"))
     return steps
