@@ -9,7 +9,8 @@ model call, with the `CompactionResult` of that call:
   "lc_compaction", "data": {...}}`. Its data is `event_payload(...)`: `CompactionResult.to_dict()` plus the
   outcome ("compacted" or "skipped"), the reason (the result's `stop_reason`), the mode and the door.
   `dispatch_custom_event` raises `RuntimeError` when there is no parent run (a direct call outside any
-  runnable); that case is detected first and the event is skipped (the log line is still written).
+  runnable); that case is detected first and the event is skipped (the log line is still written). It is also
+  skipped when no handler would receive it (no callbacks, no tracing configured): nothing listens.
 - a **log line** through the standard `logging` module (logger `lc_compaction.integrations.events`):
   INFO  "Context optimized: 12,345 -> 6,789 tokens (truncate_tool_results, drop_old_exchanges), 14 messages
   affected" when the history was changed; INFO "Context compaction skipped (nothing_removable): ..." when the
@@ -130,7 +131,7 @@ def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableC
         base: an `event_payload` already made for `result` (the front doors keep one in their memory), to
             reuse instead of serializing the result again.
 
-    The event is skipped, without error, when there is no parent run to attach it to.
+    The event is skipped, without error, when there is no parent run to attach it to or no handler to receive it.
     """
     _log(result)
     payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
