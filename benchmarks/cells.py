@@ -34,6 +34,8 @@ Anchors (LangChain, same process, same histories):
 - ``ContextEditingMiddleware.wrap_model_call(request, handler)`` (steady state): the whole per-call cost of that
   middleware, which deep-copies the messages before applying its edits.
 - An exact recount: ``TiktokenCounter(cache_size=0).count_messages(history)``, tiktoken on every message.
+- Not a compaction, the scale for `RELOADED`: LangGraph's own checkpoint load of the history
+  (``JsonPlusSerializer.loads_typed``, what InMemorySaver and SqliteSaver do at the start of every run).
 
 The anchors' windows are scaled by their own counter (``count_tokens_approximately``), so they face the same
 fill as ours.
@@ -286,6 +288,10 @@ HEADLINE = "CompactionNode rewrite, exact"
 by default (rewrite mode, exact counts)."""
 
 
+CHECKPOINT_LOAD = "LangGraph checkpoint load of the history (JsonPlusSerializer.loads_typed)"
+"""Not a compaction: what LangGraph itself spends, at the start of every graph run on a checkpointed thread,
+turning the stored history back into messages; the scale for `RELOADED`."""
+
 RELOADED = "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)"
 """The headline node when the call is the first of a graph run on a checkpointed thread (each user turn of a
 chat app): the history is new objects, equal to those of the previous call, so it is compared by value."""
@@ -329,6 +335,10 @@ def steady_cells(sit: Situation) -> list[Cell]:
         clear.apply(msgs, count_tokens=count_tokens_approximately)
         return msgs
 
+    def stored(i: int) -> tuple[tuple[str, bytes], int]:
+        history = grown(sit, i)
+        return _SERDE.dumps_typed(history), len(history)
+
     return [
         headline_cell(sit),
         _node_cell(sit, RELOADED, mode="rewrite", token_counter="exact", reloaded=True),
@@ -349,6 +359,8 @@ def steady_cells(sit: Situation) -> list[Cell]:
              lambda req, out: _expect(bool(out.result), "ContextEditingMiddleware: no reply")),
         Cell("exact recount (TiktokenCounter, no cache)", False, lambda i: grown(sit, i), exact.count_messages,
              counted),
+        Cell(CHECKPOINT_LOAD, False, stored, lambda arg: _SERDE.loads_typed(arg[0]),
+             lambda arg, out: _expect(len(out) == arg[1], "checkpoint load: wrong number of messages")),
     ]
 
 

@@ -280,7 +280,9 @@ def render(results: dict[str, Any], *, command: str) -> str:
               f"- {RELOADED}: each sample's history goes through LangGraph's checkpoint serializer first (untimed), "
               "as the first call of every graph run on a checkpointed thread sees it: new objects, equal to those "
               "of the previous call, compared by value (O(history)); the calls after it in the same run are the "
-              "headline row's.",
+              "headline row's. The row \"LangGraph checkpoint load of the history\" is what LangGraph itself spends "
+              "turning the stored history back into messages at the start of such a run (its serializer's "
+              "`loads_typed`), for scale.",
               "- Our nodes are called with a config like LangGraph's (the callback manager of the node's run, no "
               "handler attached); the middleware runs inside that config's context, as in `create_agent`.",
               "- Every timed call is checked (steady state: nothing compacted; firing: compacted and fits).",

@@ -35,7 +35,8 @@ OURS_STEADY = ("CompactionNode rewrite, exact", "CompactionNode rewrite, exact, 
                "CompactionNode view, exact", "CompactionMiddleware rewrite, exact", "CompactionNode rewrite, approximate")
 ANCHORS_STEADY = ("SummarizationMiddleware.before_model", "trim_messages (last, approximate)",
                   "ClearToolUsesEdit.apply (approximate)", "ContextEditingMiddleware.wrap_model_call",
-                  "exact recount (TiktokenCounter, no cache)")
+                  "exact recount (TiktokenCounter, no cache)",
+                  "LangGraph checkpoint load of the history (JsonPlusSerializer.loads_typed)")
 
 
 def _conversation_count() -> int:
