@@ -129,3 +129,50 @@ def test_a_stored_message_replaced_by_id_is_seen_by_the_next_view():
     sent = {m.id: m for m in plan.model_input}
     assert sent[stored[kept].id].content == "a corrected answer"
     assert plan.result.tokens_before == pol.counter.count_messages(plan.model_input)
+
+
+def reloaded(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """The history as a checkpointer gives it back at the start of the next run: new, equal objects."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    serde = JsonPlusSerializer()
+    return serde.loads_typed(serde.dumps_typed(messages))
+
+
+def test_a_compaction_right_after_a_checkpoint_load_remembers_only_what_it_rewrote():
+    """The first call of a run gets new, equal objects and compacts: the memory keeps only the messages
+    compaction changed, not the unchanged ones the previous view held."""
+    from langchain_core.messages import messages_from_dict
+
+    pol = policy()
+    stored, calls = session(pol, 1)
+    _, _, memory = calls[-1]
+    stored = reloaded(stored) + tool_turn(300, 9000)  # a large tool result: this call compacts again
+    plan = plan_compaction(stored, memory, pol, mode="view")
+    assert plan.result.compacted
+    by_id = {m.id: m for m in stored}
+    replaced = plan.memory["view"]["replaced"]
+    assert replaced
+    for mid, data in replaced.items():
+        assert mid not in by_id or messages_from_dict([data])[0] != by_id[mid], mid
+
+
+def test_an_edit_by_id_after_a_checkpoint_load_reaches_the_model():
+    """A run that starts from the checkpoint and compacts, then the first request is edited by id
+    (`update_state`): the next run's model input has the edited text, in this process and in a fresh one."""
+    pol = policy()
+    stored, calls = session(pol, 1)
+    _, _, memory = calls[-1]
+    stored = reloaded(stored) + tool_turn(300, 9000)
+    memory = plan_compaction(stored, memory, pol, mode="view").memory
+    first_request = next(i for i, m in enumerate(stored) if m.type == "human")
+    edited = reloaded(stored)
+    edited[first_request] = edited[first_request].model_copy(update={"content": "EDITED first request"})
+    edited += tool_turn(400, 20)
+    warm = plan_compaction(edited, memory, pol, mode="view")
+    forget_process_state()
+    cold = plan_compaction(edited, memory, pol, mode="view")
+    for plan in (warm, cold):
+        sent = {m.id: m.content for m in plan.model_input}
+        assert sent[stored[first_request].id] == "EDITED first request"
+    assert dicts(warm.model_input) == dicts(cold.model_input)

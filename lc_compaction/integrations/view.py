@@ -112,8 +112,11 @@ def rebuild_view(stored: list[BaseMessage], view: Any) -> Rebuilt | None:
         return None
     entry = _VIEWS.take((covered, last_id))
     if (entry is not None and len(entry.stored) == covered and entry.segments == view.get("segments")
-            and entry.replaced == (view.get("replaced") or {}) and starts_with(entry.stored, stored, adopt=True)):
+            and entry.replaced == (view.get("replaced") or {}) and entry.stored[0] is stored[0]
+            and entry.stored[-1] is stored[covered - 1] and starts_with(entry.stored, stored)):
         return Rebuilt(entry.view + stored[covered:], covered, entry)
+    # not the objects it was made from (a history loaded again from a checkpoint: new objects; or messages
+    # replaced by id): rebuilt from the JSON, so the view holds the current stored objects
     messages = _from_json(stored, view, covered)
     return Rebuilt(messages, covered, None) if messages is not None else None
 
@@ -144,6 +147,13 @@ def _from_json(stored: list[BaseMessage], view: dict[str, Any], covered: int) ->
         logger.debug("the remembered view plus the new messages breaks an invariant: recomputing")
         return None
     return out
+
+
+def _equal(a: BaseMessage, b: BaseMessage) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - an exotic field whose == raises: not the same
+        return False
 
 
 def _run(stored: list[BaseMessage], start: int, end: int) -> list[Any]:
@@ -188,13 +198,16 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
 
 
 def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tuple[list[Any], dict[str, Any]]:
-    """Runs of `stored` and rewritten messages making up `model_input` (O(history): after a compaction)."""
-    position = {id(m): i for i, m in enumerate(stored)}
+    """Runs of `stored` and rewritten messages making up `model_input` (O(history): after a compaction). A
+    message of the input is the stored one with its id when it is the same object or an equal one."""
+    position = {m.id: i for i, m in enumerate(stored)}
     segments: list[Any] = []
     replaced: dict[str, Any] = {}
     start = end = -1
     for m in model_input:
-        i = position.get(id(m))
+        i = position.get(m.id)
+        if i is not None and stored[i] is not m and not _equal(stored[i], m):
+            i = None
         if i is not None and i == end:
             end += 1
             continue
