@@ -659,3 +659,29 @@ def test_the_core_never_imports_the_chat_history_module() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "chat_history" not in out.stdout
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_an_earlier_message_redacted_in_the_inner_history_is_seen_and_never_written_back(tmp_path: Path,
+                                                                                         persist: bool) -> None:
+    """Another process rewrites the stored history with one earlier message redacted (same length, same ids):
+    the wrapper serves the redacted text, and with persist=True its later write-backs keep it redacted."""
+    inner = sql_history(tmp_path, "redact")
+    policy = CompactionPolicy(max_input_tokens=3_000, token_counter="approximate")
+    history = CompactingChatMessageHistory(inner, policy, persist=persist)
+    history.add_messages([HumanMessage("my card is 4111 1111 1111 1111", id="h0"), AIMessage("noted", id="a0"),
+                          HumanMessage("thanks", id="h1"), AIMessage("welcome", id="a1")])
+    assert "4111" in history.messages[0].content
+    stored = list(inner.messages)
+    stored[0] = HumanMessage("my card is [REDACTED]", id="h0")
+    inner.clear()
+    inner.add_messages(stored)
+    assert history.messages[0].content == "my card is [REDACTED]"
+    for n in range(2, 12):  # enough to compact (and, with persist, to write the view back) several times
+        history.add_messages([HumanMessage(f"q{n} " + "blah " * 300, id=f"h{n}"),
+                              AIMessage(f"a{n} " + "blah " * 300, id=f"a{n}")])
+        view = history.messages
+    assert history.last_result is not None and history.last_result.compacted
+    assert not any("4111" in str(m.content) for m in view)
+    assert not any("4111" in str(m.content) for m in inner.messages)
+    assert [m.content for m in view] == [m.content for m in CompactingChatMessageHistory(inner, policy).messages]

@@ -15,8 +15,9 @@ deterministic strategies: truncation, dropping, the ledger summary), and it carr
 forward, so the trigger/target gap of the policy works as designed: the strategies run once in a while, not on
 every read, and an LLM summarizer is called once per compaction, not once per turn.
 
-Reads are cached and incremental: the wrapper remembers the view, the number of inner messages it covers and
-the id of the last one. Reading again with no add in between returns the same list (RunnableWithMessageHistory
+Reads are cached and incremental: the wrapper remembers the view and the inner messages it covers (as read).
+A read whose inner history does not start with those messages, the same or equal ones (cleared, or rewritten by
+another process: a message redacted in place), rebuilds the view from the first message. Reading again with no add in between returns the same list (RunnableWithMessageHistory
 reads the history when a run starts and again when it ends, and slices the run's input by that length); a read
 after k new messages folds only those k: k tokenizations and k calls of `compact` over the view, each counting
 only its new message (it gets the previous call's count tally). The first read in a new process folds the whole stored history once (measured: about
@@ -58,7 +59,7 @@ from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import InvalidHistoryError, Violation, call_ids
-from lc_compaction.tally import CountTally
+from lc_compaction.tally import CountTally, starts_with
 
 __all__ = ["CompactingChatMessageHistory"]
 
@@ -172,7 +173,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         self._lock = threading.Lock()
         self._view: list[BaseMessage] = []
         self._covered = 0  # inner messages the view covers (messages)
-        self._last_id: str | None = None  # stored id of the last of them
+        self._read: list[BaseMessage] = []  # those messages as read: the next read must start with them
         self._tally: CountTally | None = None  # what the last compact() counted: the next one counts only the new
 
     def __repr__(self) -> str:
@@ -207,7 +208,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             if self.persist and changed:
                 self._write_back(raw, view)
             else:
-                self._remember(view, len(raw), _stored_id(raw[-1], len(raw) - 1) if raw else None)
+                self._remember(view, raw)
             return list(view)
 
     async def aget_messages(self) -> list[BaseMessage]:
@@ -226,7 +227,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             if self.persist and changed:
                 await self._awrite_back(raw, view)
             else:
-                self._remember(view, len(raw), _stored_id(raw[-1], len(raw) - 1) if raw else None)
+                self._remember(view, raw)
             return list(view)
 
     # ------------------------------------------------------------------ writing
@@ -254,27 +255,29 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         """Clear the inner history and forget the view. The archive is left as it is (clear it yourself)."""
         with self._lock:
             self.inner.clear()
-            self._remember([], 0, None)
+            self._remember([], [])
             self.last_result = None
 
     async def aclear(self) -> None:
         """Async twin of `clear` (through `inner.aclear`)."""
         async with self._alocked():
             await self.inner.aclear()
-            self._remember([], 0, None)
+            self._remember([], [])
             self.last_result = None
 
     # ------------------------------------------------------------------ internals
     def _plan(self, raw: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]] | None:
         """None when the cached view covers `raw` exactly; else (view to continue from, the new messages with
-        their stored ids). When the inner history no longer starts with what the view covered (cleared,
-        rewritten elsewhere), the view is rebuilt from the first message."""
+        their stored ids). When the inner history no longer starts with what the view covered, the same messages
+        or equal ones (cleared, rewritten elsewhere: a message redacted in place, same length and ids), the view
+        is rebuilt from the first message. One comparison of the covered messages per read (by pointer for an
+        in-memory history, by value for one that deserializes on every read), beside reading them."""
         n, covered = len(raw), self._covered
-        if n == covered and (n == 0 or _stored_id(raw[-1], n - 1) == self._last_id):
+        if n < covered or (covered and not starts_with(self._read, raw, adopt=True)):
+            return [], _with_ids(raw, 0)
+        if n == covered:
             return None
-        if n > covered and (covered == 0 or _stored_id(raw[covered - 1], covered - 1) == self._last_id):
-            return list(self._view), _with_ids(raw[covered:], covered)
-        return [], _with_ids(raw, 0)
+        return list(self._view), _with_ids(raw[covered:], covered)
 
     def _split(self, messages: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage], int]:
         cut = _open_tool_block_start(messages)
@@ -306,10 +309,11 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         self.last_result = result
         return list(result.messages) + tail, True
 
-    def _remember(self, view: list[BaseMessage], covered: int, last_id: str | None) -> None:
+    def _remember(self, view: list[BaseMessage], read: Sequence[BaseMessage]) -> None:
+        """Keep `view` as the view of the inner messages `read` (as read, or as written back)."""
         self._view = view
-        self._covered = covered
-        self._last_id = last_id
+        self._covered = len(read)
+        self._read = list(read)
 
     def _eviction(self, raw: list[BaseMessage], view: list[BaseMessage]) -> list[BaseMessage]:
         """Stored messages (with their stored ids) that the view does not hold unchanged, in stored order."""
@@ -337,7 +341,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self.inner.clear()
             self.inner.add_messages(raw)
             raise
-        self._remember(view, len(view), view[-1].id if view else None)
+        self._remember(view, view)
 
     async def _awrite_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> None:
         """Async twin of `_write_back`."""
@@ -353,7 +357,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             await self.inner.aclear()
             await self.inner.aadd_messages(raw)
             raise
-        self._remember(view, len(view), view[-1].id if view else None)
+        self._remember(view, view)
 
     @asynccontextmanager
     async def _alocked(self) -> AsyncIterator[None]:
