@@ -19,12 +19,13 @@ one more run: O(segments), not O(history).
 
 In the process that wrote it, the view is also kept as objects (bounded LRU, keyed by ``(covered, last_id)``):
 when the memory's segments and rewritten messages are the ones it was made with, and the stored messages it
-covers are still the same objects (or equal ones), the next model input is that list plus the new messages,
-O(k) apart from a pointer copy, and the count tally of the previous call still covers it. (The view is a
-function of those three, so an entry made by another conversation with the same ids can only be used when it
-is the same view.)
-Otherwise (another process, messages replaced or removed by someone else) the view is rebuilt from the JSON,
-O(history), and checked; when it no longer matches the stored history, the caller compacts the whole history.
+covers are still the same objects (the first and last by identity, the others the same or equal), the next model
+input is that list plus the new messages, O(k) apart from a pointer copy, and the count tally of the previous
+call still covers it. (The view is a function of those three, so an entry made by another conversation with the
+same ids can only be used when it is the same view.)
+Otherwise (another process, a history loaded again from a checkpoint: new objects, messages replaced or removed
+by someone else) the view is rebuilt from the JSON, O(history), and checked, so it holds the current stored
+objects; when it no longer matches the stored history, the caller compacts the whole history.
 """
 
 from __future__ import annotations
