@@ -44,6 +44,7 @@ fill as ours.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,9 +59,12 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
 
+from benchmarks.timing import Timed
 from lc_compaction import CompactionPolicy, TiktokenCounter, compact
 from lc_compaction.integrations.langgraph import CompactionNode
 from lc_compaction.integrations.middleware import CompactionMiddleware
@@ -124,6 +128,7 @@ class Cell:
         run: the measured call.
         check: raises ``AssertionError`` when a call's result is not what the situation requires (it compacted
             in the steady state, or did not when firing); given the argument and the result.
+        self_timed: `run` returns a `timing.Timed` (only part of the call is ours); no peak-memory figure then.
     """
 
     name: str
@@ -131,6 +136,7 @@ class Cell:
     setup: Callable[[int], Any]
     run: Callable[[Any], Any]
     check: Callable[[Any, Any], None]
+    self_timed: bool = False
 
 
 def _suffix(value: str, i: int) -> str:
@@ -218,10 +224,8 @@ def graph_config() -> RunnableConfig:
     return {"callbacks": CallbackManager(handlers=[], parent_run_id=uuid.uuid4())}
 
 
-def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str, reloaded: bool = False) -> Cell:
-    """Our node in the steady state. ``reloaded``: every call is the first of a graph run on a checkpointed
-    thread, so the history comes back from the checkpointer as new (equal) objects: each sample's history goes
-    through LangGraph's checkpoint serializer (untimed) before the call."""
+def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str) -> Cell:
+    """Our node in the steady state, called as LangGraph calls it (`graph_config`)."""
     node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=token_counter,
                                            model_name=sit.model_name), mode=mode)  # type: ignore[arg-type]
     config = graph_config()
@@ -233,16 +237,57 @@ def _node_cell(sit: Situation, name: str, *, mode: str, token_counter: str, relo
 
     def setup(i: int) -> dict:
         memory = previous.before(sit, i)
-        messages = grown(sit, i)
-        if reloaded:
-            messages = _SERDE.loads_typed(_SERDE.dumps_typed(messages))
-        return {"messages": messages, "compaction": memory}
+        return {"messages": grown(sit, i), "compaction": memory}
 
     def check(state: dict, out: dict) -> None:
         _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
                 f"{name}: compacted in the steady state")
 
     return Cell(name, True, setup, lambda state: previous.after(node.invoke(state, config)), check)
+
+
+class _ThreadState(MessagesState):
+    compaction: dict
+
+
+def _reloaded_cell(sit: Situation) -> Cell:
+    """`RELOADED`: our node inside a compiled graph with an ``InMemorySaver``, one graph run per sample, so each
+    call is the first of a run: LangGraph loads the history from the checkpoint (new, equal objects) and the
+    previous run's objects are freed. Only the node's own call is timed (`timing.Timed`)."""
+    node = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, model_name=sit.model_name))
+    timed: list[tuple[dict, int]] = []
+
+    def compaction(state: _ThreadState, config: RunnableConfig) -> dict:
+        t0 = time.perf_counter_ns()
+        out = node.invoke(state, config)
+        timed.append((out, time.perf_counter_ns() - t0))
+        return out
+
+    builder = StateGraph(_ThreadState)
+    builder.add_node("compaction", compaction)
+    builder.add_edge(START, "compaction")
+    builder.add_edge("compaction", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    thread: dict[str, Any] = {"index": None, "config": None}
+
+    def setup(i: int) -> tuple[dict, list[BaseMessage]]:
+        if thread["index"] != i - 1:  # a new thread whose previous run ended on the history of sample i - 1
+            thread["config"] = {"configurable": {"thread_id": f"{sit.messages}-{i}"}}
+            graph.invoke({"messages": grown(sit, i - 1)}, thread["config"])
+        thread["index"] = i
+        return thread["config"], grown(sit, i)[-len(sit.exchange):]
+
+    def run(arg: tuple[dict, list[BaseMessage]]) -> Timed:
+        config, exchange = arg
+        timed.clear()
+        graph.invoke({"messages": exchange}, config)
+        return Timed(*timed[-1])
+
+    def check(arg: Any, out: dict) -> None:
+        _expect(out["compaction"]["last"]["outcome"] == "skipped" and "messages" not in out,
+                f"{RELOADED}: compacted in the steady state")
+
+    return Cell(RELOADED, True, setup, run, check, self_timed=True)
 
 
 def _middleware_cell(sit: Situation, name: str) -> Cell:
@@ -341,7 +386,7 @@ def steady_cells(sit: Situation) -> list[Cell]:
 
     return [
         headline_cell(sit),
-        _node_cell(sit, RELOADED, mode="rewrite", token_counter="exact", reloaded=True),
+        _reloaded_cell(sit),
         _node_cell(sit, "CompactionNode view, exact", mode="view", token_counter="exact"),
         _middleware_cell(sit, "CompactionMiddleware rewrite, exact"),
         _node_cell(sit, "CompactionNode rewrite, approximate", mode="rewrite", token_counter="approximate"),

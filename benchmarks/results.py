@@ -277,12 +277,13 @@ def render(results: dict[str, Any], *, command: str) -> str:
               "- Ratios: anchor over ours is the median of per-round ratios (cells of a group are sampled "
               "in rounds). Growth in the tables, and the growth target, is the largest size's median over the "
               "smallest size's.",
-              f"- {RELOADED}: each sample's history goes through LangGraph's checkpoint serializer first (untimed), "
-              "as the first call of every graph run on a checkpointed thread sees it: new objects, equal to those "
-              "of the previous call, compared by value (O(history)); the calls after it in the same run are the "
-              "headline row's. The row \"LangGraph checkpoint load of the history\" is what LangGraph itself spends "
-              "turning the stored history back into messages at the start of such a run (its serializer's "
-              "`loads_typed`), for scale.",
+              f"- {RELOADED}: our node inside a compiled graph with an `InMemorySaver`, one graph run per sample, "
+              "so every call is the first of a run: LangGraph loads the history from the checkpoint (new objects, "
+              "equal to those of the previous call: compared by value, O(history)) and the previous run's objects "
+              "are released by that call. Only the node's own call is timed; the calls after it in the same run "
+              "are the headline row's. The row \"LangGraph checkpoint load of the history\" is what LangGraph "
+              "itself spends turning the stored history back into messages at the start of such a run (its "
+              "serializer's `loads_typed`), for scale.",
               "- Our nodes are called with a config like LangGraph's (the callback manager of the node's run, no "
               "handler attached); the middleware runs inside that config's context, as in `create_agent`.",
               "- Every timed call is checked (steady state: nothing compacted; firing: compacted and fits).",

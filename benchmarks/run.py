@@ -107,7 +107,7 @@ def _run_group(cells: list[Cell], *, repeat: int, warmup: int, budget_s: float, 
         state = _memory_bytes(timing.last)
         if state is not None:
             row["state_bytes"] = state
-        if memory:
+        if memory and not cell.self_timed:
             # the next sample in sequence: a chained setup continues from the last timed call
             row["peak_kib"] = peak_memory(cell.setup, cell.run, index=warmup + timing.n) / 1024
         out.append(row)

@@ -170,12 +170,8 @@ class _PrefixRegistry:
             return entry.counts[:tally.length]
 
     def covers(self, tally: CountTally, counter: Any, messages: Sequence[Any]) -> bool:
-        """Whether `messages` starts with the objects `tally` counted, or with equal ones (see `tally_prefix`).
-
-        For a list, one C-level list comparison: identical items are skipped by pointer (no message object is
-        touched), and only an item that is not the same object is compared by value (pydantic equality: same
-        type and fields, hence the same count). When the prefix matched by value (a history loaded again from a
-        checkpoint), the snapshot takes the current objects, so the next call compares by pointer again."""
+        """Whether `messages` starts with the objects `tally` counted, or with equal ones (`starts_with`; when
+        they matched by value, the snapshot takes the current objects, so the next call compares by pointer)."""
         with self._lock:
             entry = self._data.get(self._key(tally, counter))
             n = tally.length
@@ -237,9 +233,12 @@ _PREFIXES = _PrefixRegistry()
 
 def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None) -> int:
     """How many leading messages `tally` still describes: its `length` when the counter is the same and that
-    prefix is made of the message objects the tally counted in this process, or of equal ones (same type and
-    fields, hence the same counts); else 0 (count all). One C-level list comparison: pointers first, by value
-    only for an object that is not the same; no tokenizing, no cache lookups."""
+    prefix is made of the message objects the tally counted in this process, or of equal ones (same class and
+    fields, hence the same counts); else 0 (count all). See `starts_with`: one C-level list comparison when the
+    objects are the ones counted (O(length) pointer checks, no message touched); when they are new objects (a
+    history loaded again from a checkpoint), a field-by-field comparison of every message, O(history), and the
+    previously counted objects are released. No tokenizing, no cache lookups.
+    """
     if tally is None or tally.counter != counter.name or not tally.last_id:
         return 0
     n = tally.length

@@ -76,7 +76,9 @@ def test_every_row_was_measured_at_the_size_asked(run):
     for table in (results["steady"], *results["firing"].values()):
         for name, row in table.items():
             cell = row["by_size"]["60"]
-            assert cell["n"] >= 1 and cell["median_ms"] > 0 and cell["peak_kib"] >= 0, name
+            assert cell["n"] >= 1 and cell["median_ms"] > 0, name
+            # the first call of a run is timed inside a compiled graph: no peak-memory figure of its own
+            assert ("peak_kib" not in cell) if "first call of a run" in name else cell["peak_kib"] >= 0, name
 
 
 def test_targets_and_machine_are_reported(run):
