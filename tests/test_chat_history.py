@@ -685,3 +685,44 @@ def test_an_earlier_message_redacted_in_the_inner_history_is_seen_and_never_writ
     assert not any("4111" in str(m.content) for m in view)
     assert not any("4111" in str(m.content) for m in inner.messages)
     assert [m.content for m in view] == [m.content for m in CompactingChatMessageHistory(inner, policy).messages]
+
+
+def test_a_redaction_made_between_the_read_and_the_write_back_is_not_overwritten() -> None:
+    """persist=True: another writer redacts an earlier message (same length, same ids) after the wrapper read
+    the inner history and before it writes the compacted view back: the write-back is skipped, the redaction
+    stays."""
+
+    class RedactedAfterOneRead(BaseChatMessageHistory):
+        """A stored history that another writer redacts right after the next read (when armed)."""
+
+        def __init__(self) -> None:
+            self.stored: list[BaseMessage] = []
+            self.armed = False
+
+        @property
+        def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+            out = list(self.stored)
+            if self.armed:
+                self.armed = False
+                self.stored[0] = HumanMessage("my card is [REDACTED]", id="h0")
+            return out
+
+        def add_messages(self, messages: Any) -> None:
+            self.stored.extend(messages)
+
+        def clear(self) -> None:
+            self.stored = []
+
+    inner = RedactedAfterOneRead()
+    policy = CompactionPolicy(max_input_tokens=3_000, token_counter="approximate")
+    history = CompactingChatMessageHistory(inner, policy, persist=True)
+    inner.add_messages([HumanMessage("my card is 4111 1111 1111 1111", id="h0"), AIMessage("noted", id="a0")])
+    for n in range(1, 12):
+        inner.add_messages([HumanMessage(f"q{n} " + "blah " * 300, id=f"h{n}"),
+                            AIMessage(f"a{n} " + "blah " * 300, id=f"a{n}")])
+    length = len(inner.stored)
+    inner.armed = True
+    history.messages  # reads, compacts, then finds the inner history changed: no write-back
+    assert history.last_result is not None and history.last_result.compacted
+    assert len(inner.stored) == length
+    assert inner.stored[0].content == "my card is [REDACTED]"

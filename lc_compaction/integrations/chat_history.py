@@ -379,10 +379,9 @@ def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
 
 
 def _same(current: Sequence[BaseMessage], raw: Sequence[BaseMessage]) -> bool:
-    """Whether the inner history still holds what was read: same length and same last stored id."""
-    if len(current) != len(raw):
-        return False
-    return not raw or _stored_id(current[-1], len(raw) - 1) == _stored_id(raw[-1], len(raw) - 1)
+    """Whether the inner history still holds what was read: the same messages, or equal ones (`starts_with`), so
+    that a message rewritten elsewhere in the meantime (a redaction) is never overwritten by a write-back."""
+    return len(current) == len(raw) and starts_with(list(raw), list(current))
 
 
 def _located(exc: InvalidHistoryError, head: list[BaseMessage], raw: list[BaseMessage],
