@@ -203,18 +203,19 @@ def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
 
 
 def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
-             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage]]:
+             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage], CountTally | None]:
     """(stored history as messages with ids, the previous view plus the new messages (view mode), what to
-    compact). Only the messages added since the previous call are checked and given ids: O(k)."""
+    compact, the previous call's count tally). Only the messages added since the previous call are checked and
+    given ids: O(k)."""
     if mode not in _MODES:
         raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
     previous = _memory(memory, mode)
+    tally = _tally(memory)
     if mode == "view":
         view = previous.get("view") if previous is not None else None
         covered = view.get("covered") if isinstance(view, dict) else None
         start = covered if isinstance(covered, int) and 0 <= covered <= len(messages) else 0
     else:
-        tally = _tally(memory)
         start = tally.length if tally is not None and tally.length <= len(messages) else 0
     stored = _as_messages(messages, key, start)
     if stored is not messages:
@@ -225,7 +226,7 @@ def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
         if not m.id:
             m.id = str(uuid.uuid4())
     base = rebuild_view(stored, previous.get("view")) if mode == "view" and previous is not None else None
-    return stored, base, base.messages if base is not None else stored
+    return stored, base, base.messages if base is not None else stored, tally
 
 
 def _tally(memory: Any) -> CountTally | None:
@@ -294,9 +295,9 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     """
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact = _prepare(messages, memory, mode, key)
+    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
-                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
+                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
@@ -304,9 +305,9 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact = _prepare(messages, memory, mode, key)
+    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
-                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=_tally(memory)))
+                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
 
 
 # ----------------------------------------------------------------------------------------------- the node
