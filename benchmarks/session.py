@@ -1,7 +1,7 @@
 """Long histories for the benchmark: the shared recorded conversations joined into one session.
 
-The shared collection (``../shared/traces/*.jsonl``, OpenAI chat format, one conversation a line) holds 110 short
-conversations (2,873 messages). A long-running agent session is built by joining them:
+The shared collection (``../shared/traces/*.jsonl``, OpenAI chat format, one conversation a line) holds short
+conversations (3,421 messages in the three files of December 2026). A long-running agent session is built by joining them:
 
 - conversations are taken round-robin across the files (one from each file in turn, then the rest of the longer
   file), so every size mixes tau-bench's many short user turns with AgentDojo's long tool outputs;
@@ -36,7 +36,7 @@ from lc_compaction.traces import parse_messages
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"
-"""``../shared/traces`` beside the repository: the shared collection of 110 recorded conversations."""
+"""``../shared/traces`` beside the repository: the shared collection of recorded conversations."""
 
 
 @dataclass(frozen=True)

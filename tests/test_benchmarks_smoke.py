@@ -103,12 +103,10 @@ def test_accuracy_covers_every_shared_conversation(run):
 
 
 def test_session_joins_the_conversations_in_order():
-    expected = load_traces()  # the oracle's loader: (conversation id, messages), file by file
-    by_file: dict[str, list] = {}
-    for conv_id, messages in expected:
-        by_file.setdefault(conv_id.split("/", 1)[0], []).append(messages)
-    # round-robin across the files (sorted by name), first system prompt only
-    order, lists = [], list(by_file.values())
+    # the oracle's loader, file by file (sorted by name): (conversation id, messages)
+    lists = [[messages for _, messages in load_traces([path])] for path in trace_files()]
+    # round-robin across the files, first system prompt only
+    order = []
     for i in range(max(len(x) for x in lists)):
         order += [x[i] for x in lists if i < len(x)]
     flat = [m for k, conv in enumerate(order) for m in conv if k == 0 or not isinstance(m, SystemMessage)]
