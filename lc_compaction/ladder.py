@@ -13,6 +13,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
+from lc_compaction._content import starts_with_thinking
 from lc_compaction.markers import is_summary
 from lc_compaction.structure import (
     CompactionInvariantError,
@@ -272,7 +273,7 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
         after = requests[-1] + 1
-        if after < n and _starts_with_thinking(msgs[after]):
+        if after < n and starts_with_thinking(msgs[after]):
             for st in steps:
                 if st.start == after:
                     for i in st.indices:
@@ -293,12 +294,3 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
             continue
         if True in held[ex.steps[0].start:ex.steps[-1].end]:
             slots[ex.request].pinned = True
-
-
-def _starts_with_thinking(message: BaseMessage) -> bool:
-    content = message.content
-    if message.type != "ai" or not isinstance(content, list) or not content:
-        return False
-    first = content[0]
-    return isinstance(first, dict) and first.get("type") in ("thinking", "redacted_thinking", "reasoning")
-

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
 from lc_compaction.strategies.facts import FactGuard, contains, message_text
-from lc_compaction.strategies.truncate import content_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:

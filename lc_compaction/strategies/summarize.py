@@ -48,12 +48,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
+from lc_compaction._content import content_text
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, make_summary_message, summary_text
 from lc_compaction.strategies.facts import FactGuard, Identifier, contains
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
-from lc_compaction.strategies.truncate import content_text
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
 DEFAULT_MAX_SUMMARY_TOKENS = 1000

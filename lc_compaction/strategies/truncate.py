@@ -18,28 +18,10 @@ from dataclasses import dataclass
 
 from langchain_core.messages import ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
-
-
-def content_text(content: object) -> str:
-    """Readable text of a message content: the string itself, or the text parts of a block list
-    (non-text blocks are named by type, never dumped: no base64)."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content if isinstance(content, list) else [content]:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict):
-            if isinstance(block.get("text"), str):
-                parts.append(block["text"])
-            else:
-                parts.append(f"[{block.get('type', 'block')}]")
-        else:
-            parts.append(str(block))
-    return "\n".join(parts)
 
 
 @dataclass
