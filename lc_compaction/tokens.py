@@ -26,12 +26,23 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from lc_compaction._content import (
+    FILE_BLOCKS,
+    IMAGE_BLOCKS,
+    KNOWN_BLOCKS,
+    OPAQUE_REASONING_BLOCKS,
+    PLAIN_TEXT_FILE_BLOCKS,
+    REASONING_BLOCKS,
+    TEXT_BLOCKS,
+    TOOL_CALL_BLOCKS,
+    TOOL_RESULT_BLOCKS,
+    looks_binary,
+)
 from lc_compaction._count_cache import _MessageCache, _role
 from lc_compaction._images import (  # the IMAGE_* constants are re-exported: part of this module's API
     IMAGE_BASE_TOKENS,
@@ -95,12 +106,6 @@ FILE_BLOCK_TOKENS = 1_000
 """Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
 clip, a file id).  NOT exact and not an upper bound -- a long PDF can cost far more -- but bounded and independent
 of the payload's size, so a base64 payload never counts as text."""
-
-SIGNATURE_TOKENS = 0
-"""Cost of an opaque reasoning signature, ``encrypted_content`` or ``redacted_thinking`` payload.  These are
-provider-encrypted blobs whose billed size is not knowable; they are counted as 0 (the visible reasoning text is
-counted), so a reasoning block's count is a lower bound."""
-
 
 class _ToolSchemaCosts:
     """The [cookbook] ``num_tokens_for_tools`` constants (tokens)."""
@@ -209,35 +214,15 @@ def encoding_name_for_model(model_name: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Block classification
+# Walking unknown structures (the block kinds are in _content.py)
 # ---------------------------------------------------------------------------------------------------------------
-
-_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
-_REASONING_BLOCKS = frozenset({"reasoning", "thinking"})
-_OPAQUE_BLOCKS = frozenset({"redacted_thinking"})
-_TOOL_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call", "server_tool_use", "tool_call_chunk",
-                               "invalid_tool_call"})
-_TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
-_IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
-_FILE_BLOCKS = frozenset({"file", "input_file", "document", "audio", "input_audio", "video", "text-plain"})
-_KNOWN_BLOCKS = (_TEXT_BLOCKS | _REASONING_BLOCKS | _OPAQUE_BLOCKS | _TOOL_CALL_BLOCKS | _TOOL_RESULT_BLOCKS
-                 | _IMAGE_BLOCKS | _FILE_BLOCKS | {"refusal", "non_standard"})
 
 _SKIPPED_KEYS = frozenset({"type", "id", "index", "signature", "encrypted_content", "data", "base64", "extras",
                            "cache_control", "tool_use_id", "tool_call_id", "call_id", "file_id", "mime_type"})
 """Keys whose values are not counted in unknown blocks: discriminators, ids, and binary or opaque payloads."""
 
-_BINARY_MIN_CHARS = 256
-_BINARY_RE = re.compile(r"[A-Za-z0-9+/_=-]+")
 _MAX_DEPTH = 32
 """Nesting depth beyond which unknown structures are not walked further (no RecursionError on hostile input)."""
-
-
-def _looks_binary(s: str) -> bool:
-    """A ``data:`` URL, or a long string with no whitespace made only of base64 characters."""
-    if s.startswith("data:"):
-        return True
-    return len(s) >= _BINARY_MIN_CHARS and _BINARY_RE.fullmatch(s) is not None
 
 
 def _arguments_json(value: Any) -> str:
@@ -413,8 +398,9 @@ class StructuredCounter:
         """Tokens of a message's ``content`` (a string or a list of blocks), without message overhead.
 
         Blocks: text-like (``text``/``input_text``/``output_text``, bare strings) -> their text; ``refusal`` -> its
-        text; ``reasoning``/``thinking`` -> their text and summaries, not signatures or encrypted content
-        (:data:`SIGNATURE_TOKENS`); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
+        text; ``reasoning``/``thinking`` -> their text and summaries; signatures, ``encrypted_content`` and
+        ``redacted_thinking`` -> 0 (provider-encrypted payloads whose billed size is not knowable, so a reasoning
+        block's count is a lower bound); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
         (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
         ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
         the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); files,
@@ -442,17 +428,17 @@ class StructuredCounter:
                 return self._content_tokens(block, call_ids, depth)
             return self._value_tokens(block, depth)
         btype = block.get("type")
-        if not isinstance(btype, str) or btype not in _KNOWN_BLOCKS:
+        if not isinstance(btype, str) or btype not in KNOWN_BLOCKS:
             return self._value_tokens(block, depth)
-        if btype in _TEXT_BLOCKS:
+        if btype in TEXT_BLOCKS:
             return self._field_text(block.get("text"), depth)
         if btype == "refusal":
             return self._field_text(block.get("refusal"), depth)
-        if btype in _REASONING_BLOCKS:
+        if btype in REASONING_BLOCKS:
             return self._reasoning_tokens(block, depth)
-        if btype in _OPAQUE_BLOCKS:
-            return SIGNATURE_TOKENS
-        if btype in _TOOL_CALL_BLOCKS:
+        if btype in OPAQUE_REASONING_BLOCKS:
+            return 0  # an encrypted payload: its billed size is not knowable (see count_content)
+        if btype in TOOL_CALL_BLOCKS:
             # OpenAI Responses function_call blocks carry both an item "id" (fc_...) and the "call_id" that
             # LangChain uses as the tool call's id: a match on either is a duplicate.
             if btype != "server_tool_use" and call_ids and (
@@ -463,12 +449,12 @@ class StructuredCounter:
             if (args is None or args == {}) and isinstance(block.get("partial_json"), str):
                 args = block["partial_json"]
             return self._tool_call_tokens(block.get("name"), args)
-        if btype in _TOOL_RESULT_BLOCKS:
+        if btype in TOOL_RESULT_BLOCKS:
             inner = block.get("content", block.get("output"))
             return self._content_tokens(inner, call_ids, depth)
-        if btype in _IMAGE_BLOCKS:
+        if btype in IMAGE_BLOCKS:
             return self._image_block_tokens(block)
-        if btype in _FILE_BLOCKS:
+        if btype in FILE_BLOCKS or btype in PLAIN_TEXT_FILE_BLOCKS:
             return self._file_block_tokens(block, call_ids, depth)
         # non_standard
         return self._value_tokens(block.get("value"), depth)
@@ -492,8 +478,6 @@ class StructuredCounter:
                         total += self.count_text(item)
                     elif isinstance(item, dict) and isinstance(item.get("text"), str):
                         total += self.count_text(item["text"])
-        if block.get("signature") or block.get("encrypted_content"):
-            total += SIGNATURE_TOKENS
         return total
 
     def _image_block_tokens(self, block: dict[str, Any]) -> int:
@@ -540,7 +524,7 @@ class StructuredCounter:
             if isinstance(block.get(key), str):
                 total += self.count_text(block[key])
         text = block.get("text")
-        if isinstance(text, str) and not _looks_binary(text):
+        if isinstance(text, str) and not looks_binary(text):
             return total + self.count_text(text)
         source = block.get("source")
         if isinstance(source, dict):
@@ -555,13 +539,13 @@ class StructuredCounter:
         if depth > _MAX_DEPTH or value is None or isinstance(value, bool):
             return 0
         if isinstance(value, str):
-            return 0 if _looks_binary(value) else self.count_text(value)
+            return 0 if looks_binary(value) else self.count_text(value)
         if isinstance(value, (int, float)):
             return self.count_text(str(value))
         if isinstance(value, dict):
             btype = value.get("type")
             total = 0
-            if isinstance(btype, str) and btype in _KNOWN_BLOCKS:
+            if isinstance(btype, str) and btype in KNOWN_BLOCKS:
                 return self._block_tokens(value, frozenset(), depth + 1)
             for key, item in value.items():
                 if isinstance(key, str) and key in _SKIPPED_KEYS:
