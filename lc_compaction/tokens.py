@@ -56,6 +56,13 @@ from lc_compaction._images import (  # the IMAGE_* constants are re-exported: pa
     image_tokens,
 )
 from lc_compaction._offline import EncodingUnavailableError, ensure_encoding
+from lc_compaction._tool_schema import (
+    TOOL_COSTS_O200K,
+    ToolSchemaCosts,
+    compact_json,
+    tool_costs_for_encoding,
+    tool_schemas_tokens,
+)
 
 __all__ = [
     "IMAGE_BASE_TOKENS",
@@ -80,8 +87,8 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------------
 # Constants.  Sources:
 #   [cookbook]  OpenAI cookbook, "How to count tokens with tiktoken" (examples/How_to_count_tokens_with_tiktoken.ipynb),
-#               section 6 num_tokens_from_messages() and section 7 num_tokens_for_tools(); its outputs match the API's
-#               prompt_tokens (124 for its example messages on gpt-4o / gpt-4o-mini, 101 with its example tool).
+#               section 6 num_tokens_from_messages() (section 7, num_tokens_for_tools(), is in _tool_schema.py); its
+#               outputs match the API's prompt_tokens (124 for its example messages on gpt-4o / gpt-4o-mini).
 #   [vision]    OpenAI platform docs, Images and vision guide, "Calculating costs" (detail low = 85 tokens; high =
 #               85 + 170 per 512px tile after fitting into 2048x2048 and scaling the shortest side down to 768px;
 #               worked examples 1024x1024 -> 765 and 2048x4096 -> 1105).
@@ -106,27 +113,6 @@ FILE_BLOCK_TOKENS = 1_000
 """Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
 clip, a file id).  NOT exact and not an upper bound -- a long PDF can cost far more -- but bounded and independent
 of the payload's size, so a base64 payload never counts as text."""
-
-class _ToolSchemaCosts:
-    """The [cookbook] ``num_tokens_for_tools`` constants (tokens)."""
-
-    __slots__ = ("enum_init", "enum_item", "func_end", "func_init", "prop_init", "prop_key")
-
-    def __init__(self, func_init: int, prop_init: int, prop_key: int, enum_init: int, enum_item: int,
-                 func_end: int) -> None:
-        self.func_init = func_init
-        self.prop_init = prop_init
-        self.prop_key = prop_key
-        self.enum_init = enum_init
-        self.enum_item = enum_item
-        self.func_end = func_end
-
-
-_TOOL_COSTS_O200K = _ToolSchemaCosts(func_init=7, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
-"""[cookbook] constants for gpt-4o / gpt-4o-mini (o200k_base); also used for later o200k models and approximations."""
-
-_TOOL_COSTS_CL100K = _ToolSchemaCosts(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
-"""[cookbook] constants for gpt-3.5-turbo / gpt-4 (cl100k_base)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,20 +220,7 @@ def _arguments_json(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError):
-        return _compact_json(value)
-
-
-def _compact_json(value: Any) -> str:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``; ``str()`` for what JSON cannot encode."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return str(value)
-        except Exception:  # noqa: BLE001
-            return ""
+        return compact_json(value)
 
 
 def _is_listed(value: Any, ids: frozenset[str]) -> bool:
@@ -272,7 +245,7 @@ class StructuredCounter:
 
     name: str = "structured"
     reply_overhead: int = REPLY_PRIMING_TOKENS
-    _tool_costs: _ToolSchemaCosts = _TOOL_COSTS_O200K
+    _tool_costs: ToolSchemaCosts = TOOL_COSTS_O200K
 
     def __init__(self, *, cache_size: int = 100_000) -> None:
         self._cache = _MessageCache(cache_size)
@@ -310,34 +283,14 @@ class StructuredCounter:
         return sum(self.count_message(m) for m in messages) + self.reply_overhead
 
     def count_tools(self, tools: Sequence[Any]) -> int:
-        """Tokens of tool schemas sent beside the messages, by the [cookbook] ``num_tokens_for_tools`` formula.
-
-        Each tool (an OpenAI-format dict, a ``BaseTool``, a pydantic model, a callable, an Anthropic-format dict) is
-        converted with ``langchain_core.utils.function_calling.convert_to_openai_tool``.  Per function:
-        ``func_init`` + text of ``"name:description"`` (one trailing period dropped); if it has properties,
-        ``prop_init`` + per property ``prop_key`` + text of ``"key:type:description"`` (+ ``enum_init`` +
-        ``enum_item`` + text per enum value).  Once per list: ``func_end``.  Constants: 7/3/3/-3/3/12 for o200k
-        models, 10/3/3/-3/3/12 for cl100k ones.  Extension beyond the cookbook (which ignores them): a property's
-        other schema keys (``items``, ``anyOf``, ``default``, nested ``properties``, ...) add the tokens of their
-        compact JSON, and a tool that is not a function (e.g. ``{"type": "web_search"}``) costs ``func_init`` + the
-        tokens of its compact JSON.  An empty sequence costs 0.
+        """Tokens of tool schemas sent beside the messages, by the [cookbook] ``num_tokens_for_tools`` formula
+        (see ``_tool_schema.tool_schemas_tokens``; constants 7/3/3/-3/3/12 for o200k models, 10/3/3/-3/3/12 for
+        cl100k ones).  An empty sequence costs 0.
 
         Raises:
             ValueError: a tool cannot be converted to the OpenAI format.
         """
-        if not tools:
-            return 0
-        from langchain_core.utils.function_calling import convert_to_openai_tool
-
-        costs = self._tool_costs
-        total = 0
-        for i, tool in enumerate(tools):
-            try:
-                converted = convert_to_openai_tool(tool)
-            except Exception as e:
-                raise ValueError(f"tools[{i}] cannot be converted to an OpenAI tool schema: {e}") from e
-            total += self._function_schema_tokens(converted, costs)
-        return total + costs.func_end
+        return tool_schemas_tokens(tools, self.count_text, self._tool_costs)
 
     # -- cache --------------------------------------------------------------------------------------------------
 
@@ -561,46 +514,6 @@ class StructuredCounter:
         except Exception:  # noqa: BLE001
             return 0
 
-    # -- tool schemas -------------------------------------------------------------------------------------------
-
-    def _function_schema_tokens(self, tool: Any, costs: _ToolSchemaCosts) -> int:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict):
-            return costs.func_init + self.count_text(_compact_json(tool))
-        total = costs.func_init
-        description = function.get("description") or ""
-        if not isinstance(description, str):
-            description = _compact_json(description)
-        description = description.removesuffix(".")
-        total += self.count_text(f"{function.get('name', '')}:{description}")
-        parameters = function.get("parameters")
-        properties = parameters.get("properties") if isinstance(parameters, dict) else None
-        if isinstance(properties, dict) and properties:
-            total += costs.prop_init
-            for key, schema in properties.items():
-                total += costs.prop_key
-                if not isinstance(schema, dict):
-                    total += self.count_text(f"{key}:{_compact_json(schema)}")
-                    continue
-                p_type = schema.get("type", "")
-                if not isinstance(p_type, str):
-                    p_type = _compact_json(p_type)
-                p_desc = schema.get("description") or ""
-                if not isinstance(p_desc, str):
-                    p_desc = _compact_json(p_desc)
-                enum = schema.get("enum")
-                if isinstance(enum, (list, tuple)):
-                    total += costs.enum_init
-                    for item in enum:
-                        total += costs.enum_item + self.count_text(item if isinstance(item, str) else
-                                                                   _compact_json(item))
-                p_desc = p_desc.removesuffix(".")
-                total += self.count_text(f"{key}:{p_type}:{p_desc}")
-                extra = {k: v for k, v in schema.items() if k not in ("type", "description", "enum", "title")}
-                if extra:
-                    total += self.count_text(_compact_json(extra))
-        return total
-
 
 class TiktokenCounter(StructuredCounter):
     """Exact counter: tiktoken, the tokenizer OpenAI bills with, plus the cookbook's message overheads.
@@ -627,7 +540,7 @@ class TiktokenCounter(StructuredCounter):
         self.encoding = ensure_encoding(self.encoding_name)
         self.name = f"tiktoken:{self.encoding_name}"
         self.reply_overhead = REPLY_PRIMING_TOKENS
-        self._tool_costs = _TOOL_COSTS_CL100K if self.encoding_name == "cl100k_base" else _TOOL_COSTS_O200K
+        self._tool_costs = tool_costs_for_encoding(self.encoding_name)
         self._encode = self.encoding.encode_ordinary
 
     def count_text(self, text: str) -> int:
