@@ -151,7 +151,7 @@ class _Run:
         self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.known)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
-        self.repair = policy.repair if repair is None else repair
+        self.repair = policy.repairs_by_default(False) if repair is None else repair
         self.budget = policy.budget_tokens()
         self.goal_tokens, self.goal_messages = policy.target_goal()
         self.repairs: list[Repair] = []
@@ -294,7 +294,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         policy: the `CompactionPolicy`.
         extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
             caller passes separately), counted toward the trigger and the budget.
-        repair: override `policy.repair` for this call.
+        repair: override `policy.repair` for this call (`policy.repair=None`, the default, is False here: a
+            broken input raises unless repair is asked for).
         tally: the previous result's `tally` (or `CountTally.from_dict(...)`): when the history only grew since,
             only the new messages are counted (O(k) instead of O(history)).
 

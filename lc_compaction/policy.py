@@ -87,8 +87,10 @@ class CompactionPolicy:
         pin: messages no strategy may remove, truncate or summarize: a predicate or a collection of message
             ids. Messages marked with `pin_message` are pinned too. The leading system prompt, the first and
             the latest user request are always pinned.
-        repair: repair a broken input history (reported in the result) instead of raising
-            `InvalidHistoryError`.
+        repair: repair a broken input history (every repair reported in the result) instead of raising
+            `InvalidHistoryError`. None (default): `compact()` raises (as False) and the front doors (the
+            LangGraph node, the agent middleware, the chat-history wrapper) repair (as True), so an agent's
+            thread is never left unusable by a history its provider accepts; see `repairs_by_default`.
 
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
@@ -104,7 +106,7 @@ class CompactionPolicy:
     token_counter: Any = "exact"
     model_name: str | None = None
     pin: Callable[[BaseMessage], bool] | Collection[str] | None = None
-    repair: bool = False
+    repair: bool | None = None
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
 
@@ -112,6 +114,8 @@ class CompactionPolicy:
         w = self.max_input_tokens
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
             raise ValueError(f"max_input_tokens: must be a positive int (tokens), got {w!r}")
+        if self.repair is not None and not isinstance(self.repair, bool):
+            raise ValueError(f"repair: must be True, False or None, got {self.repair!r}")
         if self.reserve is None:
             self.reserve = min(DEFAULT_RESERVE_CAP, w // 10) if w else 0
         if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or self.reserve < 0:
@@ -141,6 +145,11 @@ class CompactionPolicy:
                 if not (hasattr(s, "apply") and hasattr(s, "aapply") and hasattr(s, "name")):
                     raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
         self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
+
+    def repairs_by_default(self, default: bool) -> bool:
+        """Whether to repair a broken input: `repair` when set, else `default` (False for `compact()`, True for
+        the front doors)."""
+        return default if self.repair is None else self.repair
 
     # ------------------------------------------------------------------ trigger
     def _parse_trigger(self, trigger: Any) -> list[dict[str, float]]:

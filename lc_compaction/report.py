@@ -22,6 +22,7 @@ from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
+from lc_compaction.structure import tool_pairs
 from lc_compaction.strategies.facts import FactGuard, contains, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
@@ -193,14 +194,20 @@ def _positions_by_id(messages: Sequence[BaseMessage], name: str, *, required: bo
 
 
 def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
-    """{tool_call_id: tool name} of every tool call in the lists (a ToolMessage may carry no `name`)."""
-    return {tc["id"]: tc["name"] for messages in lists for m in messages if isinstance(m, AIMessage)
-            for tc in m.tool_calls if tc.get("id")}
+    """{ToolMessage id: name of the tool it answers} in the lists (a ToolMessage may carry no `name`), paired by
+    position as on the wire (`structure.tool_pairs`: a tool-call id may be reused by another turn)."""
+    out: dict[str, str] = {}
+    for messages in lists:
+        for t, (a, tcid) in tool_pairs(messages).items():
+            name = next((tc.get("name") for tc in messages[a].tool_calls if tc.get("id") == tcid), None)  # type: ignore[attr-defined]
+            if messages[t].id and name:
+                out.setdefault(messages[t].id, name)  # type: ignore[arg-type]
+    return out
 
 
 def _tool(message: BaseMessage, call_names: Mapping[str, str]) -> str:
     if isinstance(message, ToolMessage):
-        return message.name or call_names.get(message.tool_call_id, "")
+        return message.name or call_names.get(message.id or "", "")
     if isinstance(message, AIMessage):
         return ", ".join(tc["name"] for tc in message.tool_calls)
     return ""

@@ -518,7 +518,7 @@ def test_an_invalid_history_names_the_message_in_the_inner_history() -> None:
             history.messages
 
     inner = memory_history()
-    history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000))
+    history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000, repair=False))
     fill(history, 0, 12)
     orphan_at = len(inner.messages)
     history.add_message(ToolMessage("a result nobody asked for", tool_call_id="nobody", id="orphan"))
@@ -532,6 +532,9 @@ def test_an_invalid_history_names_the_message_in_the_inner_history() -> None:
     view = repaired.messages
     assert "orphan" not in [m.id for m in view]
     assert "orphan" in [m.id for m in inner.messages]
+    # the default (repair=None) repairs too
+    default = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000))
+    assert [m.id for m in default.messages] == [m.id for m in view]
 
 
 class FlakyHistory(InMemoryChatMessageHistory):

@@ -263,11 +263,22 @@ def test_missing_messages_key_names_the_key() -> None:
         node.invoke({"messages": [HumanMessage("hi")]})
 
 
-def test_broken_history_raises_naming_the_index() -> None:
+def test_broken_history_raises_naming_the_index_when_repair_is_off() -> None:
     broken = [SystemMessage("s", id="s"), HumanMessage("q " * 400, id="h"),
               ToolMessage("orphan", tool_call_id="nope", id="t")]
     with pytest.raises(InvalidHistoryError, match="message 2.*orphan_tool_result"):
-        CompactionNode(max_input_tokens=300).invoke({"messages": broken})
+        CompactionNode(max_input_tokens=300, repair=False).invoke({"messages": broken})
+
+
+def test_broken_history_is_repaired_by_default_and_the_repair_stored() -> None:
+    """The node repairs by default (a thread is never left unusable): the orphan goes, the repair is in memory."""
+    broken = [SystemMessage("s", id="s"), HumanMessage("q " * 400, id="h"),
+              ToolMessage("orphan", tool_call_id="nope", id="t")]
+    update = CompactionNode(max_input_tokens=300).invoke({"messages": broken})
+    kept = [m.id for m in update["messages"] if not isinstance(m, RemoveMessage)]
+    assert "t" not in kept and "h" in kept
+    assert [(r["kind"], r["index"], r["tool_call_id"]) for r in update["compaction"]["last"]["repairs"]] == [
+        ("orphan_tool_result_removed", 2, "nope")]
 
 
 def test_empty_history_gives_no_update() -> None:

@@ -398,6 +398,34 @@ def test_fake_summary_models():
 
 
 @FAST
+@given(histories(prior_summary=True, reuse_call_ids=True))
+def test_histories_with_call_ids_reused_across_turns_are_valid(messages):
+    """call_0 in every AIMessage: valid on the wire, so every structural check passes."""
+    ids = [m.id for m in messages]
+    assert all(ids) and len(set(ids)) == len(ids)
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=messages, output=messages))
+
+
+def test_pairing_is_by_position_when_ids_are_reused():
+    """A call_0 of turn 2 left without its result is dangling even though turn 1 answered a call_0; a call_0
+    result of turn 1 kept while its call was dropped breaks atomicity; two calls of one id in one AIMessage
+    answered twice are duplicates."""
+    first, r1 = A("x1", "", ["call_0"]), T("r1", "call_0", "turn one")
+    second, r2 = A("x2", "", ["call_0"]), T("r2", "call_0", "turn two")
+    full = [s1, h1, first, r1, h2, second, r2]
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=full, output=full))
+    with pytest.raises(AssertionError, match="output\\[5\\].*'call_0'.*dangling"):
+        check("no_dangling_tool_calls", ctx([s1, h1, first, r1, h2, second], input=full))
+    with pytest.raises(AssertionError, match="'call_0'.*result was removed"):
+        check("tool_pairs_atomic", ctx([s1, h1, first, h2, second, r2], input=full))
+    twice = A("x3", "", ["call_0", "call_0"])
+    with pytest.raises(AssertionError, match="answered by 2 ToolMessages"):
+        check("no_duplicate_tool_results", ctx([s1, h1, twice, T("u1", "call_0"), T("u2", "call_0")], input=full))
+    with pytest.raises(AssertionError, match="2 calls of this message share"):
+        check("no_dangling_tool_calls", ctx([s1, h1, twice, T("u1", "call_0")], input=full))
+
+
+@FAST
 @given(histories(prior_summary=True))
 def test_generated_histories_are_valid(messages):
     ids = [m.id for m in messages]
@@ -413,11 +441,13 @@ _PRECISE = {
     "non_adjacent_tool_result": ["no_orphan_tool_results", "no_dangling_tool_calls", "no_duplicate_tool_results"],
     "system_in_middle": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "first_non_system_is_human"],
     "starts_with_ai": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "system_only_at_start"],
+    "duplicate_call_id_in_message": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                                     "system_only_at_start"],
 }
 
 
 @FAST
-@given(broken_histories())
+@given(broken_histories(reuse_call_ids=None))
 def test_broken_histories_fail_their_check(example):
     messages, defect = example
     assert DEFECT_CHECKS[defect.kind] == defect.check

@@ -78,11 +78,14 @@ def test_ensure_ids_fills_missing_and_duplicate_ids_only():
     assert out[0] is a and out[1].id and out[2].id not in ("x", out[1].id)
 
 
-def test_a_reused_tool_call_id_is_named_as_such():
+def test_a_tool_call_id_is_unique_per_message_not_per_history():
+    """Reused in another AIMessage: valid (the wire pairs by position). Twice in one AIMessage: named as such."""
     msgs = [HumanMessage("q", id="h"), call("c1", "a1"), result("c1", "t1"), call("c1", "a2"), result("c1", "t2")]
-    found = [(v.kind, v.index, v.tool_call_id) for v in check_invariants(msgs)]
-    assert ("duplicate_tool_call_id", 3, "c1") in found
-    assert "already used by message 1" in next(str(v) for v in check_invariants(msgs) if v.kind == "duplicate_tool_call_id")
+    assert check_invariants(msgs) == []
+    twice = AIMessage("", id="a3", tool_calls=[{"name": "f", "args": {}, "id": "c1", "type": "tool_call"}] * 2)
+    found = check_invariants([*msgs, twice, result("c1", "t3"), result("c1", "t4")])
+    assert ("duplicate_tool_call_id", 5, "c1") in [(v.kind, v.index, v.tool_call_id) for v in found]
+    assert "used by two tool calls of this message" in next(str(v) for v in found if v.kind == "duplicate_tool_call_id")
 
 
 def test_message_kinds_follow_the_class_hierarchy():

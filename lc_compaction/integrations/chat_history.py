@@ -135,9 +135,10 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         ValueError: `extra_tokens` is negative or not an int, `archive` is given without `persist`, or
             `archive` is `inner`.
 
-    Reading (`messages`, `aget_messages`) raises what `compact` raises: `InvalidHistoryError` when a compaction
-    meets a history that breaks a pairing or order rule (its violations give the index in the inner history;
-    set `policy.repair=True` to repair instead), `ValueError` for a message `compact` cannot read.
+    Reading (`messages`, `aget_messages`) repairs a history that breaks a pairing or order rule (the repairs are
+    in `last_result.repairs`; the inner history is not changed unless `persist`); with `policy.repair=False` it
+    raises `InvalidHistoryError` instead (its violations give the index in the inner history). It raises
+    `ValueError` for a message `compact` cannot read.
 
     Thread safety: one lock serializes adds, reads, write-backs and clears of this wrapper (sync and async), so
     two threads adding and reading lose no message. Do not call the sync methods from inside a running event
@@ -190,8 +191,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         last read, and with `persist` writes a changed view back.
 
         Raises:
-            InvalidHistoryError: a compaction met a stored history that breaks a pairing or order rule (the
-                violations name the index in the inner history).
+            InvalidHistoryError: with `policy.repair=False`, a compaction met a stored history that breaks a
+                pairing or order rule (the violations name the index in the inner history).
             Whatever the inner history or a strategy raises (after a failed write-back, the inner history's
                 messages are put back first).
         """
@@ -288,7 +289,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
     def _step(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
         head, tail, extra = self._split(messages)
         try:
-            result = compact(head, self.policy, extra_tokens=extra, tally=self._tally)
+            result = compact(head, self.policy, extra_tokens=extra, tally=self._tally,
+                           repair=self.policy.repairs_by_default(True))
         except InvalidHistoryError as exc:
             raise _located(exc, head, raw, self.inner) from exc
         return self._after(result, messages, tail)
@@ -296,7 +298,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
     async def _astep(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
         head, tail, extra = self._split(messages)
         try:
-            result = await acompact(head, self.policy, extra_tokens=extra, tally=self._tally)
+            result = await acompact(head, self.policy, extra_tokens=extra, tally=self._tally,
+                                 repair=self.policy.repairs_by_default(True))
         except InvalidHistoryError as exc:
             raise _located(exc, head, raw, self.inner) from exc
         return self._after(result, messages, tail)

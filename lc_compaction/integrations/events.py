@@ -13,7 +13,8 @@ model call, with the `CompactionResult` of that call:
   skipped when no handler would receive it (no callbacks, no tracing configured): nothing listens.
 - a **log line** through the standard `logging` module (logger `lc_compaction.integrations.events`):
   INFO  "Context optimized: 12,345 -> 6,789 tokens (truncate_tool_results, drop_old_exchanges), 14 messages
-  affected" when the history was changed; INFO "Context compaction skipped (nothing_removable): ..." when the
+  affected" when the history was changed, followed by "; repaired: <kind> at <index> (<tool_call_id>); ..." when
+  the input was repaired (`repairs_text`); INFO "Context compaction skipped (nothing_removable): ..." when the
   trigger fired but nothing could be removed; WARNING when the result is still over the budget (the pinned part
   alone is over the window: the model call will likely fail); DEBUG for a call under the trigger.
 """
@@ -30,7 +31,7 @@ from langchain_core.runnables.config import ensure_config, get_callback_manager_
 
 from lc_compaction.compact import CompactionResult
 
-__all__ = ["EVENT_NAME", "areport", "event_payload", "log_line", "messages_affected", "report"]
+__all__ = ["EVENT_NAME", "areport", "event_payload", "log_line", "messages_affected", "repairs_text", "report"]
 
 EVENT_NAME = "lc_compaction"
 """Name of the custom event dispatched after every compaction decision (ran or skipped)."""
@@ -73,6 +74,16 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
     return data
 
 
+def repairs_text(result: CompactionResult) -> str:
+    """The repairs of `result` for the log line: each kind with the input index (and tool_call_id) of every
+    repair of that kind, e.g. "system_message_converted at 5; missing_tool_result_added at 3 (call_0)"."""
+    by_kind: dict[str, list[str]] = {}
+    for r in result.repairs:
+        where = f"{r.index}" + (f" ({r.tool_call_id})" if r.tool_call_id else "")
+        by_kind.setdefault(r.kind, []).append(where)
+    return "; ".join(f"{kind} at {', '.join(places)}" for kind, places in by_kind.items())
+
+
 def _level(result: CompactionResult) -> int:
     """The logging level of `result`'s log line (see `log_line`)."""
     if not result.fits:
@@ -95,6 +106,8 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
         applied = ", ".join(result.strategies_applied) or "repairs only"
         text = (f"Context optimized: {result.tokens_before:,} -> {result.tokens_after:,} tokens ({applied}), "
                 f"{messages_affected(result)} messages affected")
+        if result.repairs:
+            text += "; repaired: " + repairs_text(result)
         if not result.fits:
             text += (f"; still over the budget of {result.budget_tokens:,} tokens "
                      "(the pinned part alone is over the window)")

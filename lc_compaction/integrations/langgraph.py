@@ -290,14 +290,16 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
 
     Raises:
         ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
-        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair
-            (names the message index and tool_call_id).
+        InvalidHistoryError: the history breaks a pairing/order rule and the policy says `repair=False`
+            (names the message index and tool_call_id). With `repair` None (the default) the history is
+            repaired, each repair in the result, the event and the log line.
     """
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
-                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
+                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally,
+                           repair=policy.repairs_by_default(True)))
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
@@ -307,7 +309,8 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
-                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
+                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally,
+                                  repair=policy.repairs_by_default(True)))
 
 
 # ----------------------------------------------------------------------------------------------- the node
@@ -342,7 +345,7 @@ class CompactionNode(Runnable[dict, dict]):
     Raises:
         ValueError: invalid settings (naming the setting); the state has no `messages_key`.
         InvalidHistoryError: the stored history breaks a pairing/order rule (index and tool_call_id named) and
-            the policy does not repair.
+            `repair=False` was asked for (by default the node repairs it, each repair reported).
     """
 
     def __init__(self, policy: CompactionPolicy | None = None, *, mode: Mode = "rewrite",

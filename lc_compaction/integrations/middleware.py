@@ -81,7 +81,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
     Raises:
         ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
             call) no window anywhere and no token trigger.
-        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair.
+        InvalidHistoryError: the history breaks a pairing/order rule and `repair=False` was asked for (by
+            default the middleware repairs it: each repair in the event and the log line).
     """
 
     state_schema = CompactionAgentState

@@ -26,6 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import content_text
 from lc_compaction.markers import is_summary, summary_text
+from lc_compaction.structure import tool_pairs
 from lc_compaction.strategies.facts import FACTS_PREFIX
 
 LEDGER_HEADER = "Ledger of the earlier conversation (written by lc-compaction without a model):"
@@ -64,9 +65,9 @@ def _is_error(message: ToolMessage, text: str) -> bool:
 def entries(messages: Sequence[BaseMessage]) -> list[str]:
     """One line per event of `messages` (oldest first): "- User: ...", "- Tool name(args) -> N characters",
     "- Assistant: ...". Summary messages contribute their entries (a ledger) or their lines (other summaries)."""
-    results = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    results = {call: messages[t] for t, call in tool_pairs(messages).items()}  # by position, as on the wire
     out: list[str] = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if is_summary(m):
             out.extend(previous_entries(summary_text(m)))
         elif isinstance(m, (HumanMessage, SystemMessage)):
@@ -79,7 +80,7 @@ def entries(messages: Sequence[BaseMessage]) -> list[str]:
                 out.append(f"- Assistant: {shorten(text, ANSWER_CHARS)}")
             for call in m.tool_calls:
                 args = shorten(json.dumps(call.get("args") or {}, ensure_ascii=False), ARGS_CHARS)
-                out.append(f"- Tool {call.get('name') or '?'}({args}) -> {_result_note(results.get(call.get('id') or ''))}")
+                out.append(f"- Tool {call.get('name') or '?'}({args}) -> {_result_note(results.get((i, call.get('id') or '')))}")
     return out
 
 

@@ -6,7 +6,9 @@ A valid history: an optional leading SystemMessage (and optionally a prior summa
 A turn is a HumanMessage, 0..k tool steps (an AIMessage with 1..7 parallel tool_calls directly followed by
 exactly their ToolMessages, in call order or shuffled within the block), then an AIMessage answer.  The last turn
 may stop after its request or after its last tool results (a history about to be sent to the model).
-Every message has a unique id; every tool_call id is unique.
+Every message has a unique id; every tool_call id is unique, unless ``reuse_call_ids=True``: then each AIMessage
+numbers its calls from ``call_0`` (as OpenAI-compatible servers that number calls per assistant turn do), which is
+valid on the wire (a ToolMessage answers a call of the closest AIMessage with tool calls before it).
 """
 
 from __future__ import annotations
@@ -186,16 +188,16 @@ def tool_result_content(draw) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _tool_step(draw, ids: _Ids, max_parallel: int) -> list[BaseMessage]:
+def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False) -> list[BaseMessage]:
     style = draw(st.sampled_from(["openai", "openai_text", "blocks", "anthropic"]))
     n = draw(st.integers(1, max_parallel))
     calls = []
-    for _ in range(n):
+    for k in range(n):
         calls.append(
             {
                 "name": draw(st.sampled_from(TOOL_NAMES)),
                 "args": draw(tool_args()),
-                "id": ids.call("anthropic" if style == "anthropic" else "openai"),
+                "id": f"call_{k}" if reuse_call_ids else ids.call("anthropic" if style == "anthropic" else "openai"),
                 "type": "tool_call",
             }
         )
@@ -251,11 +253,13 @@ def histories(
     system: bool | None = None,
     prior_summary: bool = False,
     min_tool_steps: int = 0,
+    reuse_call_ids: bool = False,
 ) -> list[BaseMessage]:
     """A valid history (list[BaseMessage]) with unique message ids and tool_call ids.
 
     system: True / False forces the leading SystemMessage, None draws it.  prior_summary: allow a leading summary
-    HumanMessage (additional_kwargs lc_source="summarization").  min_tool_steps: at least that many tool steps."""
+    HumanMessage (additional_kwargs lc_source="summarization").  min_tool_steps: at least that many tool steps.
+    reuse_call_ids: every AIMessage numbers its calls call_0, call_1, ... (ids repeat across turns)."""
     ids = _Ids(draw(st.sampled_from(["", "x", "run7-"])))
     messages: list[BaseMessage] = []
     if system if system is not None else draw(st.booleans()):
@@ -282,7 +286,7 @@ def histories(
         if last and k == 0 and draw(st.booleans()):
             break  # pending request
         for _ in range(k):
-            messages.extend(_tool_step(draw, ids, max_parallel))
+            messages.extend(_tool_step(draw, ids, max_parallel, reuse_call_ids))
         if last and k > 0 and draw(st.booleans()):
             break  # pending model call after tool results
         messages.append(_answer(draw, ids))
@@ -300,6 +304,7 @@ DEFECT_CHECKS = {
     "non_adjacent_tool_result": "tool_results_adjacent",
     "system_in_middle": "system_only_at_start",
     "starts_with_ai": "first_non_system_is_human",
+    "duplicate_call_id_in_message": "no_duplicate_tool_results",
 }
 """Defect kind -> the check that must fail on it."""
 
@@ -310,7 +315,7 @@ class Defect:
     check: str
     index: int
     """Index of the faulty message: the orphan / duplicate / misplaced ToolMessage, the AIMessage with the
-    dangling call, the mid-history SystemMessage, the leading AIMessage."""
+    dangling call or with two calls of one id, the mid-history SystemMessage, the leading AIMessage."""
     tool_call_id: str | None
     description: str
 
@@ -331,10 +336,13 @@ def _first_non_system(messages: list[BaseMessage]) -> int:
 
 
 @st.composite
-def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tuple[list[BaseMessage], Defect]:
-    """(history, Defect): a valid history with exactly one defect of a drawn kind (see DEFECT_CHECKS)."""
+def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
+                     reuse_call_ids: bool | None = False) -> tuple[list[BaseMessage], Defect]:
+    """(history, Defect): a valid history with exactly one defect of a drawn kind (see DEFECT_CHECKS).
+    reuse_call_ids: as in `histories` (None: drawn)."""
     kind = draw(st.sampled_from(kinds))
-    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1)))
+    reuse = draw(st.booleans()) if reuse_call_ids is None else reuse_call_ids
+    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1, reuse_call_ids=reuse)))
     blocks = _tool_blocks(ms)
     start = _first_non_system(ms)
     tcid: str | None = None
@@ -379,6 +387,17 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tup
         index = start
         ms.insert(index, AIMessage(content="Hello! How can I help?", id="leading-ai"))
         desc = f"the first non-system message [{index}] is an AIMessage"
+    elif kind == "duplicate_call_id_in_message":
+        ai_index, tools = draw(st.sampled_from(blocks))
+        t = draw(st.sampled_from(tools))
+        tcid = ms[t].tool_call_id
+        ai = ms[ai_index]
+        twin = next(c for c in ai.tool_calls if c["id"] == tcid)
+        ms[ai_index] = ai.model_copy(update={"tool_calls": [*ai.tool_calls, {**twin, "args": {"again": True}}]})
+        ms.insert(tools[-1] + 1, ToolMessage(content="second answer", tool_call_id=tcid, name=twin["name"],
+                                             id="twin-tool"))
+        index = ai_index
+        desc = f"the AIMessage at [{index}] makes two calls with the id {tcid!r} (both answered)"
     else:  # pragma: no cover
         raise ValueError(kind)
     return ms, Defect(kind=kind, check=DEFECT_CHECKS[kind], index=index, tool_call_id=tcid, description=desc)
