@@ -13,6 +13,7 @@ the fact guard, reports) all take their rules from here.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -149,6 +150,30 @@ def with_block_text(block: Any, text: str) -> Any:
     return {**block, "source": {**block["source"], "data": text}}
 
 
+# ------------------------------------------------------------------------------------------------ tool calls
+
+
+def arguments_text(args: Any) -> str:
+    """A tool call's arguments as the wire carries them (langchain-openai's ``_lc_tool_call_to_openai_tool_call``
+    and ``_lc_invalid_tool_call_to_openai_tool_call``): a string (the raw arguments of an invalid call) as it is,
+    None as ``""``, anything else ``json.dumps(args, ensure_ascii=False)`` (values JSON cannot encode as their
+    ``str()``)."""
+    if isinstance(args, str):
+        return args
+    if args is None:
+        return ""
+    try:
+        return json.dumps(args, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(args)
+
+
+def is_invalid_call(call: Any) -> bool:
+    """True for an entry of ``AIMessage.invalid_tool_calls`` (a call whose arguments did not parse: its ``args`` is
+    the raw string, and it carries an ``error``)."""
+    return isinstance(call, dict) and (call.get("type") == "invalid_tool_call" or "error" in call)
+
+
 # ------------------------------------------------------------------------------------------------ media, thinking
 
 
@@ -180,9 +205,11 @@ __all__ = [
     "THINKING_BLOCKS",
     "TOOL_CALL_BLOCKS",
     "TOOL_RESULT_BLOCKS",
+    "arguments_text",
     "block_text",
     "block_type",
     "content_text",
+    "is_invalid_call",
     "is_media",
     "looks_binary",
     "reply_text",

@@ -12,17 +12,16 @@ so the compaction core never needs them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from lc_compaction._content import content_text
+from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
-from lc_compaction.structure import tool_pairs
+from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.strategies.facts import FactGuard, contains, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
@@ -199,7 +198,7 @@ def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
     out: dict[str, str] = {}
     for messages in lists:
         for t, (a, tcid) in tool_pairs(messages).items():
-            name = next((tc.get("name") for tc in messages[a].tool_calls if tc.get("id") == tcid), None)  # type: ignore[attr-defined]
+            name = next((tc.get("name") for tc in tool_calls_of(messages[a]) if tc.get("id") == tcid), None)
             if messages[t].id and name:
                 out.setdefault(messages[t].id, name)  # type: ignore[arg-type]
     return out
@@ -209,14 +208,14 @@ def _tool(message: BaseMessage, call_names: Mapping[str, str]) -> str:
     if isinstance(message, ToolMessage):
         return message.name or call_names.get(message.id or "", "")
     if isinstance(message, AIMessage):
-        return ", ".join(tc["name"] for tc in message.tool_calls)
+        return ", ".join(tc.get("name") or "?" for tc in tool_calls_of(message))
     return ""
 
 
 def _preview(message: BaseMessage, chars: int) -> str:
     text = content_text(message.content)
-    if not text.strip() and isinstance(message, AIMessage) and message.tool_calls:
-        text = "; ".join(f"{tc['name']}({json.dumps(tc['args'], ensure_ascii=False)})" for tc in message.tool_calls)
+    if not text.strip() and isinstance(message, AIMessage) and tool_calls_of(message):
+        text = "; ".join(f"{tc.get('name') or '?'}({arguments_text(tc.get('args'))})" for tc in tool_calls_of(message))
     text = " ".join(text.split())
     return text if len(text) <= chars else text[: max(chars - 3, 0)] + "..."
 

@@ -2,8 +2,12 @@
 
 Words used throughout (all positions are indices into one `list[BaseMessage]`):
 
-- **tool block**: an `AIMessage` with `tool_calls` and the run of `ToolMessage`s right after it that
-  answer those calls (parallel calls included). It is never split: removed whole or kept whole.
+- **tool block**: an `AIMessage` with tool calls and the run of `ToolMessage`s right after it that
+  answer those calls (parallel calls included). It is never split: removed whole or kept whole. Its calls are
+  `tool_calls` and `invalid_tool_calls` (a call whose arguments did not parse): langchain-openai sends both as
+  `tool_calls` on the wire (`_lc_invalid_tool_call_to_openai_tool_call`: id, name, the raw argument string), and
+  `langchain.agents.create_agent` answers each invalid call with an error ToolMessage before middleware runs, so
+  an invalid call and its result are one unit like any tool pair (see `tool_calls_of`).
 - **pairing** follows the wire format (OpenAI's Chat Completions, Anthropic's Messages): a ToolMessage answers
   a call of the closest `AIMessage` with tool calls before it, by position. A tool-call id is unique within one
   AIMessage, not across the history: OpenAI-compatible servers that number calls per assistant turn send
@@ -83,16 +87,21 @@ def is_request(message: BaseMessage) -> bool:
     return kind(message) == HUMAN and not is_summary(message)
 
 
-_CALL_FIELDS = ("tool_calls",)
-"""The fields of an AIMessage whose entries are tool calls on the wire."""
+_CALL_FIELDS = ("tool_calls", "invalid_tool_calls")
+"""The fields of an AIMessage whose entries are tool calls on the wire (langchain-openai's `_convert_message_to_dict`
+sends `tool_calls` then `invalid_tool_calls`, in that order)."""
 
 
 def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
-    """The tool calls an AIMessage makes on the wire (`tool_calls`), in order; empty for other messages."""
+    """The tool calls an AIMessage makes on the wire, in the wire's order: its `tool_calls` (args a dict), then its
+    `invalid_tool_calls` (args the raw string the model wrote, or None); empty for other messages."""
     if kind(message) != AI:
         return []
     calls = message.tool_calls  # type: ignore[attr-defined]
-    return list(calls) if calls else []
+    invalid = message.invalid_tool_calls  # type: ignore[attr-defined]
+    if not invalid:
+        return list(calls) if calls else []
+    return [*(calls or ()), *invalid]
 
 
 def call_ids(message: BaseMessage) -> list[str]:
@@ -431,7 +440,7 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             start = i
             while i < n and kinds[i] != HUMAN and kinds[i] != SYSTEM:
                 m = messages[i]
-                end = _block_end(messages, kinds, i) if kinds[i] == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
+                end = _block_end(messages, kinds, i) if kinds[i] == AI and (m.tool_calls or m.invalid_tool_calls) else i + 1  # type: ignore[attr-defined]
                 i = end
                 if kinds[end - 1] == TOOL:
                     break  # a step ends after a tool block

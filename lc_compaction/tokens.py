@@ -212,9 +212,9 @@ _MAX_DEPTH = 32
 
 
 def _arguments_json(value: Any) -> str:
-    """A tool call's arguments as OpenAI receives them: ``json.dumps(args, ensure_ascii=False)`` (default
-    separators, ", " and ": "), which is what langchain-openai sends (``_lc_tool_call_to_openai_tool_call``);
-    a string (already serialized, e.g. invalid_tool_calls) as it is."""
+    """A tool call's arguments as OpenAI receives them (``_content.arguments_text``: ``json.dumps(args,
+    ensure_ascii=False)``, default separators ", " and ": ", as langchain-openai sends them; a string, the raw
+    arguments of an invalid call, as it is)."""
     if isinstance(value, str):
         return value
     try:

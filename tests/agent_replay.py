@@ -245,6 +245,8 @@ def wire_tokens(messages: Sequence[BaseMessage], tools: Sequence[dict] | None = 
             total += 1 + len(enc.encode(m.name))
         for tc in getattr(m, "tool_calls", None) or []:
             total += 3 + len(enc.encode(tc["name"])) + len(enc.encode(json.dumps(tc["args"], separators=(",", ":"))))
+        for tc in getattr(m, "invalid_tool_calls", None) or []:  # sent as tool calls, raw arguments
+            total += 3 + len(enc.encode(tc.get("name") or "")) + len(enc.encode(tc.get("args") or "", disallowed_special=()))
     for t in tools or []:
         total += len(enc.encode(json.dumps(t, separators=(",", ":"))))
     return total
@@ -307,7 +309,8 @@ class ScriptedOpenAIServer:
     """A local OpenAI-compatible server on 127.0.0.1 (a free port) for `ChatOpenAI(base_url=server.base_url)`.
 
     `POST /v1/chat/completions` answers with the next scripted reply (an `AIMessage`, text and tool calls, or a
-    string; `default` once the script is used up), as one JSON completion or, when the request asks
+    string; `default` once the script is used up; its `invalid_tool_calls` go out as tool calls with their raw
+    arguments), as one JSON completion or, when the request asks
     `stream: true`, as server-sent events. Every request body is kept in `requests` (parsed JSON).
     Use it as a context manager (starts and stops the server thread).
     """
@@ -330,6 +333,9 @@ class ScriptedOpenAIServer:
             return reply, []
         calls = [{"id": tc["id"], "type": "function",
                   "function": {"name": tc["name"], "arguments": json.dumps(tc["args"])}} for tc in reply.tool_calls]
+        # an invalid tool call of the script goes out with its raw (malformed) arguments, as a model wrote them
+        calls += [{"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["args"]}}
+                  for tc in reply.invalid_tool_calls]
         return reply.text, calls
 
     def _handler(self) -> type:

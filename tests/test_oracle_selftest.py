@@ -398,6 +398,24 @@ def test_fake_summary_models():
 
 
 @FAST
+@given(histories(prior_summary=True, invalid_calls=True))
+def test_histories_with_invalid_tool_calls_and_their_error_results_are_valid(messages):
+    """An invalid tool call is a call on the wire (langchain-openai sends it as one); its error result answers it."""
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=messages, output=messages))
+
+
+def test_an_invalid_tool_call_is_a_call():
+    bad = AIMessage("", id="ax", invalid_tool_calls=[{"name": "search", "args": '{"q": ', "id": "cx", "error": "e",
+                                                      "type": "invalid_tool_call"}])
+    answer = T("tx", "cx", "Tool call search with id cx could not be executed")
+    run_checks(ALL_STRUCTURAL, ctx([s1, h1, bad, answer, h2]))
+    with pytest.raises(AssertionError, match="'cx'.*dangling"):
+        check("no_dangling_tool_calls", ctx([s1, h1, bad, h2]))
+    with pytest.raises(AssertionError, match="'cx'.*result was removed"):
+        check("tool_pairs_atomic", ctx([s1, h1, bad, h2], input=[s1, h1, bad, answer, h2]))
+
+
+@FAST
 @given(histories(prior_summary=True, reuse_call_ids=True))
 def test_histories_with_call_ids_reused_across_turns_are_valid(messages):
     """call_0 in every AIMessage: valid on the wire, so every structural check passes."""
@@ -447,7 +465,7 @@ _PRECISE = {
 
 
 @FAST
-@given(broken_histories(reuse_call_ids=None))
+@given(broken_histories(reuse_call_ids=None, invalid_calls=None))
 def test_broken_histories_fail_their_check(example):
     messages, defect = example
     assert DEFECT_CHECKS[defect.kind] == defect.check

@@ -85,7 +85,7 @@ def test_compacted_history_does_not_compact_again(history, window, keep):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=broken_histories(reuse_call_ids=None))
+@given(case=broken_histories(reuse_call_ids=None, invalid_calls=None))
 def test_broken_input_raises_naming_index_or_is_repaired(case):
     history, defect = case
     policy = CompactionPolicy(trigger=("messages", 0), keep=("messages", 0), token_counter="approximate")

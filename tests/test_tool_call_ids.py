@@ -157,7 +157,7 @@ def test_repair_repairs_every_violation_it_names(kind):
 
 
 @FAST
-@given(case=broken_histories(reuse_call_ids=None))
+@given(case=broken_histories(reuse_call_ids=None, invalid_calls=None))
 def test_repair_fixes_generated_defects_with_reused_ids(case):
     history, defect = case
     fixed, repairs = repair_history(history)

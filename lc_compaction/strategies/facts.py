@@ -20,15 +20,15 @@ Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not 
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from lc_compaction._content import content_text
+from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction.markers import is_summary, summary_text
+from lc_compaction.structure import tool_calls_of
 
 FACTS_PREFIX = "Facts kept verbatim: "
 """Start of the guard's line in a summary; `parse_facts_line` looks for it."""
@@ -132,13 +132,14 @@ def _trim(value: str) -> str:
 
 def message_text(message: BaseMessage) -> str:
     """The text the guard reads from a message: its readable content (text blocks; other blocks named by type,
-    never dumped), the arguments of its tool calls as JSON, and for a summary its own text (without the prefix)."""
+    never dumped), the arguments of its tool calls as JSON (of an invalid call, its raw string), and for a summary
+    its own text (without the prefix)."""
     if is_summary(message):
         return summary_text(message)
     parts = [content_text(message.content)]
     if isinstance(message, AIMessage):
-        for call in message.tool_calls:
-            parts.append(json.dumps(call.get("args") or {}, ensure_ascii=False))
+        for call in tool_calls_of(message):  # an invalid call's raw argument string as it is
+            parts.append(arguments_text(call.get("args") if is_invalid_call(call) else call.get("args") or {}))
     return "\n".join(p for p in parts if p)
 
 

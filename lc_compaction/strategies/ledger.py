@@ -19,14 +19,13 @@ entries go first, except the first user request, and one line says how many were
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from lc_compaction._content import content_text
+from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction.markers import is_summary, summary_text
-from lc_compaction.structure import tool_pairs
+from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.strategies.facts import FACTS_PREFIX
 
 LEDGER_HEADER = "Ledger of the earlier conversation (written by lc-compaction without a model):"
@@ -78,9 +77,12 @@ def entries(messages: Sequence[BaseMessage]) -> list[str]:
             text = m.text  # text blocks only: never reasoning, signatures or tool-use blocks
             if text.strip():
                 out.append(f"- Assistant: {shorten(text, ANSWER_CHARS)}")
-            for call in m.tool_calls:
-                args = shorten(json.dumps(call.get("args") or {}, ensure_ascii=False), ARGS_CHARS)
-                out.append(f"- Tool {call.get('name') or '?'}({args}) -> {_result_note(results.get((i, call.get('id') or '')))}")
+            for call in tool_calls_of(m):
+                invalid = is_invalid_call(call)  # its raw argument string, marked
+                args = shorten(arguments_text(call.get("args") if invalid else call.get("args") or {}), ARGS_CHARS)
+                note = " [malformed arguments]" if invalid else ""
+                out.append(f"- Tool {call.get('name') or '?'}({args}){note} -> "
+                           f"{_result_note(results.get((i, call.get('id') or '')))}")
     return out
 
 

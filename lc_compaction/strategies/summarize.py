@@ -48,12 +48,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
-from lc_compaction._content import content_text
+from lc_compaction._content import content_text, is_invalid_call
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, make_summary_message, summary_text
 from lc_compaction.strategies.facts import FactGuard, Identifier, contains
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
+from lc_compaction.structure import tool_calls_of
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
 DEFAULT_MAX_SUMMARY_TOKENS = 1000
@@ -162,9 +163,11 @@ def render_message(message: BaseMessage, tool_result_chars: int) -> str:
         lines = []
         if message.text.strip():
             lines.append(f"Assistant: {message.text.strip()}")
-        for call in message.tool_calls:
-            args = json.dumps(call.get("args") or {}, ensure_ascii=False)
-            lines.append(f"Assistant called {call.get('name') or '?'}({args})")
+        for call in tool_calls_of(message):  # invalid calls too: their raw arguments, marked
+            if is_invalid_call(call):
+                lines.append(f"Assistant called {call.get('name') or '?'}({call.get('args') or ''}) [malformed arguments]")
+            else:
+                lines.append(f"Assistant called {call.get('name') or '?'}({json.dumps(call.get('args') or {}, ensure_ascii=False)})")
         return "\n".join(lines) or "Assistant: (no text)"
     if is_summary(message):
         return f"Earlier summary: {summary_text(message)}"

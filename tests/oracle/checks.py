@@ -229,11 +229,18 @@ def is_ai(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage)
 
 
-def tool_call_ids(message: BaseMessage) -> list[str]:
-    """The ids of the tool calls an AIMessage makes on the wire, in order."""
+def wire_tool_calls(message: BaseMessage) -> list[dict]:
+    """The tool calls an AIMessage makes on the wire, in order: its tool_calls, then its invalid_tool_calls (calls
+    whose arguments did not parse), which langchain-openai sends as tool_calls too (id, name, the raw argument
+    string) and which create_agent answers with an error ToolMessage."""
     if not isinstance(message, AIMessage):
         return []
-    return [tc.get("id") for tc in (message.tool_calls or [])]
+    return [*(message.tool_calls or []), *(message.invalid_tool_calls or [])]
+
+
+def tool_call_ids(message: BaseMessage) -> list[str]:
+    """The ids of the tool calls an AIMessage makes on the wire (`wire_tool_calls`), in order."""
+    return [tc.get("id") for tc in wire_tool_calls(message)]
 
 
 def result_owners(messages: Sequence[BaseMessage]) -> dict[int, int]:
@@ -285,9 +292,7 @@ def _canon(value: Any) -> str:
 
 def model_view(message: BaseMessage) -> tuple:
     """What the model sees of a message (no id, no metadata): the basis of "unchanged"."""
-    calls = ()
-    if isinstance(message, AIMessage):
-        calls = tuple((tc.get("id"), tc.get("name"), _canon(tc.get("args"))) for tc in (message.tool_calls or []))
+    calls = tuple((tc.get("id"), tc.get("name"), _canon(tc.get("args"))) for tc in wire_tool_calls(message))
     return (
         message.type,
         _role(message),
@@ -461,7 +466,7 @@ def tool_results_adjacent(ctx: CheckContext) -> None:
                     f"{_desc(run_owner, out[run_owner])}, which calls {tool_call_ids(out[run_owner])}, "
                     "not that id (result not adjacent to its call)"
                 )
-        elif is_ai(m) and m.tool_calls:
+        elif tool_call_ids(m):
             run_owner = i
         else:
             run_owner = None
@@ -549,7 +554,7 @@ def first_non_system_is_human(ctx: CheckContext) -> None:
 def tool_call_follows_user_or_tool(ctx: CheckContext) -> None:
     out = ctx.out
     for i, m in enumerate(out):
-        if is_ai(m) and m.tool_calls:
+        if tool_call_ids(m):
             if i == 0:
                 raise AssertionError(f"{_desc(i, m)} with tool calls {tool_call_ids(m)} starts the result")
             prev = out[i - 1]

@@ -188,9 +188,26 @@ def tool_result_content(draw) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False) -> list[BaseMessage]:
+MALFORMED_ARGS = ('{"query": "unterminated', '{"path": ', "not json at all", '{"a": 1,}', "")
+"""Raw argument strings a model writes that do not parse (truncated output, trailing comma, prose)."""
+
+
+def invalid_call_result(call: dict) -> ToolMessage:
+    """The error ToolMessage langchain.agents.create_agent adds for an invalid tool call (its text and status)."""
+    name = call.get("name") or "unknown"
+    return ToolMessage(
+        content=f"Tool call {name} with id {call['id']} could not be executed - arguments were malformed or truncated.",
+        name=name,
+        tool_call_id=call["id"],
+        status="error",
+    )
+
+
+def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False,
+               invalid_calls: bool = False) -> list[BaseMessage]:
     style = draw(st.sampled_from(["openai", "openai_text", "blocks", "anthropic"]))
-    n = draw(st.integers(1, max_parallel))
+    n_invalid = draw(st.integers(0, 2)) if invalid_calls else 0
+    n = draw(st.integers(0 if n_invalid else 1, max_parallel))
     calls = []
     for k in range(n):
         calls.append(
@@ -215,7 +232,20 @@ def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False)
         if draw(st.booleans()):
             content.append(draw(text_blocks()))
         content.extend({"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]} for c in calls)
-    ai = AIMessage(content=content, tool_calls=calls, id=ids.msg(), name=draw(st.sampled_from([None, None, "agent"])))
+    invalid = [
+        {
+            "name": draw(st.sampled_from(TOOL_NAMES)),
+            "args": draw(st.sampled_from(MALFORMED_ARGS)),
+            "id": f"call_{n + k}" if reuse_call_ids else ids.call("openai"),
+            "error": "Function arguments could not be parsed as JSON",
+            "type": "invalid_tool_call",
+        }
+        for k in range(n_invalid)
+    ]
+    ai = AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, id=ids.msg(),
+                   name=draw(st.sampled_from([None, None, "agent"])))
+    # create_agent puts the error results of invalid calls right after the AIMessage, before the tools run
+    errors = [invalid_call_result(c).model_copy(update={"id": ids.msg()}) for c in invalid]
     results = [
         ToolMessage(
             content=draw(tool_result_content()),
@@ -228,7 +258,7 @@ def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False)
     ]
     if len(results) > 1 and draw(st.booleans()):
         results = list(draw(st.permutations(results)))
-    return [ai, *results]
+    return [ai, *errors, *results]
 
 
 def _answer(draw, ids: _Ids) -> AIMessage:
@@ -254,12 +284,15 @@ def histories(
     prior_summary: bool = False,
     min_tool_steps: int = 0,
     reuse_call_ids: bool = False,
+    invalid_calls: bool = False,
 ) -> list[BaseMessage]:
     """A valid history (list[BaseMessage]) with unique message ids and tool_call ids.
 
     system: True / False forces the leading SystemMessage, None draws it.  prior_summary: allow a leading summary
     HumanMessage (additional_kwargs lc_source="summarization").  min_tool_steps: at least that many tool steps.
-    reuse_call_ids: every AIMessage numbers its calls call_0, call_1, ... (ids repeat across turns)."""
+    reuse_call_ids: every AIMessage numbers its calls call_0, call_1, ... (ids repeat across turns).
+    invalid_calls: tool steps may hold up to 2 invalid tool calls (AIMessage.invalid_tool_calls, raw malformed
+    arguments) answered by create_agent's error ToolMessages, some steps only those."""
     ids = _Ids(draw(st.sampled_from(["", "x", "run7-"])))
     messages: list[BaseMessage] = []
     if system if system is not None else draw(st.booleans()):
@@ -286,7 +319,7 @@ def histories(
         if last and k == 0 and draw(st.booleans()):
             break  # pending request
         for _ in range(k):
-            messages.extend(_tool_step(draw, ids, max_parallel, reuse_call_ids))
+            messages.extend(_tool_step(draw, ids, max_parallel, reuse_call_ids, invalid_calls))
         if last and k > 0 and draw(st.booleans()):
             break  # pending model call after tool results
         messages.append(_answer(draw, ids))
@@ -323,7 +356,7 @@ class Defect:
 def _tool_blocks(messages: list[BaseMessage]) -> list[tuple[int, list[int]]]:
     blocks = []
     for i, m in enumerate(messages):
-        if isinstance(m, AIMessage) and m.tool_calls:
+        if isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls):
             j = i + 1
             while j < len(messages) and isinstance(messages[j], ToolMessage):
                 j += 1
@@ -337,12 +370,15 @@ def _first_non_system(messages: list[BaseMessage]) -> int:
 
 @st.composite
 def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
-                     reuse_call_ids: bool | None = False) -> tuple[list[BaseMessage], Defect]:
+                     reuse_call_ids: bool | None = False,
+                     invalid_calls: bool | None = False) -> tuple[list[BaseMessage], Defect]:
     """(history, Defect): a valid history with exactly one defect of a drawn kind (see DEFECT_CHECKS).
-    reuse_call_ids: as in `histories` (None: drawn)."""
+    reuse_call_ids, invalid_calls: as in `histories` (None: drawn)."""
     kind = draw(st.sampled_from(kinds))
     reuse = draw(st.booleans()) if reuse_call_ids is None else reuse_call_ids
-    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1, reuse_call_ids=reuse)))
+    invalid = draw(st.booleans()) if invalid_calls is None else invalid_calls
+    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1, reuse_call_ids=reuse,
+                             invalid_calls=invalid)))
     blocks = _tool_blocks(ms)
     start = _first_non_system(ms)
     tcid: str | None = None
@@ -371,8 +407,11 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
         t = draw(st.sampled_from(tools))
         tcid = ms[t].tool_call_id
         end = tools[-1] + 1  # first message after the block
-        if end >= len(ms):
-            ms.append(AIMessage(content="Done.", id="appended-answer"))
+        calls_again = end < len(ms) and isinstance(ms[end], AIMessage) and any(
+            c.get("id") == tcid for c in [*ms[end].tool_calls, *ms[end].invalid_tool_calls])
+        if end >= len(ms) or calls_again:
+            # (an AIMessage that makes a call of the same id, reused ids, would make the moved result its own)
+            ms.insert(end, AIMessage(content="Done.", id="appended-answer"))
         moved = ms.pop(t)
         # ms[end - 1] is now the first message after the (shorter) block: a non-tool message
         index = end
@@ -392,8 +431,9 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
         t = draw(st.sampled_from(tools))
         tcid = ms[t].tool_call_id
         ai = ms[ai_index]
-        twin = next(c for c in ai.tool_calls if c["id"] == tcid)
-        ms[ai_index] = ai.model_copy(update={"tool_calls": [*ai.tool_calls, {**twin, "args": {"again": True}}]})
+        field = "tool_calls" if any(c["id"] == tcid for c in ai.tool_calls) else "invalid_tool_calls"
+        twin = next(c for c in getattr(ai, field) if c["id"] == tcid)
+        ms[ai_index] = ai.model_copy(update={field: [*getattr(ai, field), dict(twin)]})
         ms.insert(tools[-1] + 1, ToolMessage(content="second answer", tool_call_id=tcid, name=twin["name"],
                                              id="twin-tool"))
         index = ai_index
@@ -405,12 +445,14 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
 
 __all__ = [
     "DEFECT_CHECKS",
+    "MALFORMED_ARGS",
     "Defect",
     "base64_data",
     "broken_histories",
     "histories",
     "human_content",
     "image_blocks",
+    "invalid_call_result",
     "long_texts",
     "texts",
     "thinking_blocks",
