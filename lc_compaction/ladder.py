@@ -143,15 +143,18 @@ class LadderState:
         `whole` is True when the exchange's request itself is removable: then the exchange goes as one
         unit (request and answers together). When the request is protected (the first request, the latest,
         or one whose exchange holds a protected message), only the steps after it are listed, and they may
-        go one at a time. Summary messages are never listed (the summarizer replaces them itself).
+        go one at a time. Summary messages are never listed (the summarizer replaces them itself), nor
+        mid-history system messages (pinned: they stay where they are when their exchange goes).
         """
         out: list[tuple[bool, list[Step]]] = []
         for ex in split_exchanges(self.steps()):
             free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)
-                    and not (s.kind == "summary")]
+                    and s.kind != "summary" and s.kind != "system"]
             if not free:
                 continue
-            whole = ex.request is not None and any(s.start == ex.request for s in free) and len(free) == len(ex.steps)
+            # a mid-history system message (pinned, kept in place) does not keep its exchange from going whole
+            others = sum(1 for s in ex.steps if s.kind != "system")
+            whole = ex.request is not None and any(s.start == ex.request for s in free) and len(free) == others
             if not whole:
                 free = [s for s in free if s.kind != "request"]
             if free:
@@ -245,10 +248,12 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
             steps: list[Step] | None = None) -> None:
     """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
 
-    Pinned: leading system messages, the first and the latest request, caller pins, the first assistant
-    step after the latest request when it starts with a thinking block (Anthropic requires the active
-    turn's first assistant message to keep it), and the request of every exchange holding a pinned or kept
-    message. Kept: every message from `keep_from` on, moved back to the start of its step.
+    Pinned: leading system messages, the first and the latest request (`is_request`: never a summary or a
+    mid-history system message), caller pins (mid-history system messages among them, see
+    `CompactionPolicy.is_pinned_by_caller`), the first assistant step after the latest request when it starts
+    with a thinking block (Anthropic requires the active turn's first assistant message to keep it), and the
+    request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
+    `keep_from` on, moved back to the start of its step.
     """
     msgs = [s.message for s in slots]
     steps = split_steps(msgs) if steps is None else steps
@@ -272,12 +277,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     if requests:
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
-        after = requests[-1] + 1
-        if after < n and starts_with_thinking(msgs[after]):
-            for st in steps:
-                if st.start == after:
-                    for i in st.indices:
-                        slots[i].pinned = True
+        # the active turn's first assistant step (after the latest request, past any mid-history system note)
+        active = next((st for st in steps if st.start > requests[-1] and st.kind == "assistant"), None)
+        if active is not None and starts_with_thinking(msgs[active.start]):
+            for i in active.indices:
+                slots[i].pinned = True
     for i, flag in enumerate(pinned_by_caller):
         if flag:
             slots[i].pinned = True
@@ -287,10 +291,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         if st.end - st.start > 1 and True in pinned[st.start:st.end]:
             for i in st.indices:
                 slots[i].pinned = True
-    # ... and the request of its exchange, so no answer is left without its question
+    # ... and the request of its exchange, so no answer is left without its question (a mid-history system
+    # message is no answer: pinned, it stays where it is and holds no request)
     held = [s.pinned or s.kept for s in slots]
     for ex in split_exchanges(steps):
         if ex.request is None or not ex.steps:
             continue
-        if True in held[ex.steps[0].start:ex.steps[-1].end]:
+        if any(True in held[st.start:st.end] for st in ex.steps if st.kind != "system"):
             slots[ex.request].pinned = True

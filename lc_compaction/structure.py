@@ -13,11 +13,12 @@ Words used throughout (all positions are indices into one `list[BaseMessage]`):
   AIMessage, not across the history: OpenAI-compatible servers that number calls per assistant turn send
   `call_0` in every turn, and the provider accepts it. Nothing here is keyed by a tool-call id globally.
 - **step**: the smallest run a strategy may remove without breaking provider order rules: a request
-  (`HumanMessage`), a lone `SystemMessage`, or a run of assistant messages that ends with a tool block
-  (or at the next request). Because a removed step always ends after a `ToolMessage` or before a
+  (`HumanMessage`), a lone `SystemMessage` (or a mid-history one sent as a `HumanMessage`), or a run of
+  assistant messages that ends with a tool block (or at the next request). Because a removed step always ends after a `ToolMessage` or before a
   `HumanMessage`, every `AIMessage` with tool calls that follows it is still preceded by a user or tool
   turn (Gemini's rule).
-- **exchange**: a user request and everything up to the next request. Summary messages are not requests.
+- **exchange**: a user request and everything up to the next request. Summary messages and mid-history system
+  messages sent as `HumanMessage`s are not requests.
 
 The invariant check (`check_invariants`) is the one place the rules live; the ladder runs it after every
 strategy and the tests use an independent copy.
@@ -33,7 +34,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, To
 
 from lc_compaction._content import TOOL_CALL_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
-from lc_compaction.markers import MARK_KEY, is_summary
+from lc_compaction.markers import MARK_KEY, is_converted_system, is_summary
 
 ViolationKind = Literal[
     "orphan_tool_result",
@@ -83,8 +84,10 @@ class CompactionInvariantError(AssertionError):
 
 
 def is_request(message: BaseMessage) -> bool:
-    """A user request: a HumanMessage that is not a summary."""
-    return kind(message) == HUMAN and not is_summary(message)
+    """A user request: a HumanMessage that is not a summary, nor a mid-history SystemMessage sent as a
+    HumanMessage (`normalize_system_messages`: an instruction, kept like the system prompt)."""
+    return kind(message) == HUMAN and not (message.additional_kwargs and (
+        is_summary(message) or is_converted_system(message)))
 
 
 _CALL_FIELDS = ("tool_calls", "invalid_tool_calls")
@@ -247,31 +250,51 @@ CONVERSATION_START_TEXT = "[lc-compaction: the conversation starts with the assi
 """Content of the HumanMessage that repair puts before a history that starts with an assistant message."""
 
 
-def normalize_system_messages(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+def normalize_system_messages(messages: Sequence[BaseMessage], start: int = 0
+                              ) -> tuple[list[BaseMessage], list[Repair]]:
     """Turn each SystemMessage after the first non-system message into a HumanMessage (same id, same text).
 
     Anthropic and Gemini reject a system message mid-history. Nothing is lost: the content and id are kept
-    and the message is marked `additional_kwargs["lc_compaction"]["converted_from"] = "system"`.
-    Returns the new list and one `Repair` per converted message.
+    and the message is marked `additional_kwargs["lc_compaction"]["converted_from"] = "system"`. Such a message
+    is an instruction, not the user: it is kept like the system prompt (the policy pins it), never starts an
+    exchange and is never "the latest request" (`is_request`).
+
+    Only `messages[start:]` are looked at (the front doors pass the index of the first message added since their
+    previous call: O(new messages) plus the leading system messages). Returns the list itself (no copy) when
+    nothing needs converting, else a new list; and one `Repair` per converted message (input index).
     """
-    out: list[BaseMessage] = []
-    repairs: list[Repair] = []
+    n = len(messages)
     seen_non_system = False
-    for i, m in enumerate(messages):
-        if kind(m) == SYSTEM:
+    for m in messages[:start] if start else ():
+        if kind(m) != SYSTEM:
+            seen_non_system = True
+            break
+    hits: list[int] = []
+    for i in range(start, n):
+        if kind(messages[i]) == SYSTEM:
             if seen_non_system:
-                kwargs = dict(m.additional_kwargs or {})
-                kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "converted_from": "system"}
-                if "summar" in (m.text or "").lower()[:200]:
-                    kwargs.setdefault("lc_source", "summarization")
-                    kwargs[MARK_KEY]["kind"] = "summary"
-                out.append(HumanMessage(content=m.content, id=m.id, name=m.name, additional_kwargs=kwargs))
-                repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
-                continue
+                hits.append(i)
         else:
             seen_non_system = True
-        out.append(m)
+    out = messages if isinstance(messages, list) else list(messages)
+    if not hits:
+        return out, []
+    out = list(out)
+    repairs: list[Repair] = []
+    for i in hits:
+        out[i] = _as_human(out[i])
+        repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
     return out, repairs
+
+
+def _as_human(m: BaseMessage) -> BaseMessage:
+    """A mid-history SystemMessage as the HumanMessage sent in its place (see `normalize_system_messages`)."""
+    kwargs = dict(m.additional_kwargs or {})
+    kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "converted_from": "system"}
+    if "summar" in (m.text or "").lower()[:200]:
+        kwargs.setdefault("lc_source", "summarization")
+        kwargs[MARK_KEY]["kind"] = "summary"
+    return HumanMessage(content=m.content, id=m.id, name=m.name, additional_kwargs=kwargs)
 
 
 def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
@@ -434,7 +457,8 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             steps.append(Step(i, i + 1, "system"))
             i += 1
         elif k == HUMAN:
-            steps.append(Step(i, i + 1, "summary" if is_summary(m) else "request"))
+            steps.append(Step(i, i + 1, "summary" if is_summary(m) else "system" if is_converted_system(m)
+                              else "request"))
             i += 1
         else:
             start = i

@@ -23,6 +23,9 @@ after k new messages folds only those k: k tokenizations and k calls of `compact
 only its new message (it gets the previous call's count tally). The first read in a new process folds the whole stored history once (measured: about
 0.4 s for 1,000 tau-bench messages and a 16k window).
 
+A SystemMessage added after the conversation started is sent as a HumanMessage in the view, on every read
+(reported in `last_result.repairs`; providers such as Anthropic and Gemini reject a system message mid-history).
+
 An open tool call at the end of the history (an AIMessage whose ToolMessages have not all been added yet: the
 chain returned tool calls, and the caller will send the results as the next input) is left out of compaction
 and appended to the view unchanged (its tokens still count toward the budget).
@@ -45,6 +48,7 @@ middleware (`lc_compaction.integrations.langgraph`, `lc_compaction.integrations.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import threading
@@ -58,7 +62,7 @@ from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict
 
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import InvalidHistoryError, Violation, call_ids
+from lc_compaction.structure import InvalidHistoryError, Repair, Violation, call_ids, normalize_system_messages
 from lc_compaction.tally import CountTally, starts_with
 
 __all__ = ["CompactingChatMessageHistory"]
@@ -287,26 +291,30 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         return head, tail, extra
 
     def _step(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        messages, converted = normalize_system_messages(messages, len(messages) - 1)  # the new message: O(1)
         head, tail, extra = self._split(messages)
         try:
             result = compact(head, self.policy, extra_tokens=extra, tally=self._tally,
                            repair=self.policy.repairs_by_default(True))
         except InvalidHistoryError as exc:
             raise _located(exc, head, raw, self.inner) from exc
-        return self._after(result, messages, tail)
+        return self._after(result, messages, tail, converted)
 
     async def _astep(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
+        messages, converted = normalize_system_messages(messages, len(messages) - 1)
         head, tail, extra = self._split(messages)
         try:
             result = await acompact(head, self.policy, extra_tokens=extra, tally=self._tally,
                                  repair=self.policy.repairs_by_default(True))
         except InvalidHistoryError as exc:
             raise _located(exc, head, raw, self.inner) from exc
-        return self._after(result, messages, tail)
+        return self._after(result, messages, tail, converted)
 
-    def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage]
-               ) -> tuple[list[BaseMessage], bool]:
+    def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage],
+               converted: list[Repair]) -> tuple[list[BaseMessage], bool]:
         self._tally = result.tally
+        if converted:  # a mid-history SystemMessage is sent as a HumanMessage even when nothing is compacted
+            result = dataclasses.replace(result, repairs=[*converted, *result.repairs])
         if not result.compacted:
             return messages, False
         self.last_result = result

@@ -33,11 +33,17 @@ graph also adds the `compaction` and `llm_input_messages` keys to the graph's st
 needed with the default keys. With other keys, declare them in your state and add the node with
 `builder.add_node("compact", node, input_schema=YourState)`.
 
+On every call, compacting or not, a SystemMessage added after the conversation started is sent as a
+HumanMessage (same id and text, marked; Anthropic and Gemini reject a system message mid-history), reported as a
+repair; only the messages added since the previous call are looked at (O(new messages)). In rewrite mode the
+stored message is replaced in place by the converted one; in view mode the view holds it.
+
 Each call reports its outcome (a LangChain custom event and a log line, see `events.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Sequence
@@ -61,6 +67,7 @@ from lc_compaction.tally import CountTally
 from lc_compaction.integrations.events import areport, event_payload, report
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import Repair, normalize_system_messages
 
 __all__ = [
     "MEMORY_VERSION",
@@ -202,11 +209,31 @@ def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
     return None
 
 
+@dataclass
+class _Converted:
+    """The mid-history SystemMessages among the messages added since the previous call, sent as HumanMessages
+    (`structure.normalize_system_messages`) on every call, compacting or not: `repairs` (indices in the
+    compaction input) and `stored_at` (index in the stored history -> the message sent in its place)."""
+
+    repairs: list[Repair]
+    stored_at: dict[int, BaseMessage]
+
+
+def _convert_new_system_messages(stored: list[BaseMessage], base: Rebuilt | None, start: int,
+                                 to_compact: list[BaseMessage]) -> tuple[list[BaseMessage], _Converted]:
+    """`to_compact` with the mid-history SystemMessages among the new messages (stored[start:], at the end of
+    `to_compact`) sent as HumanMessages: O(new messages); the same list when there is none."""
+    first_new = len(to_compact) - (len(stored) - base.covered) if base is not None else start
+    out, repairs = normalize_system_messages(to_compact, max(first_new, 0))
+    offset = (base.covered - first_new) if base is not None else 0
+    return out, _Converted(repairs, {r.index + offset: out[r.index] for r in repairs})
+
+
 def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
-             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage], CountTally | None]:
+             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage], CountTally | None, _Converted]:
     """(stored history as messages with ids, the previous view plus the new messages (view mode), what to
-    compact, the previous call's count tally). Only the messages added since the previous call are checked and
-    given ids: O(k)."""
+    compact, the previous call's count tally, the conversions of new mid-history SystemMessages). Only the
+    messages added since the previous call are checked, given ids and converted: O(k)."""
     if mode not in _MODES:
         raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
     previous = _memory(memory, mode)
@@ -226,7 +253,9 @@ def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
         if not m.id:
             m.id = str(uuid.uuid4())
     base = rebuild_view(stored, previous.get("view")) if mode == "view" and previous is not None else None
-    return stored, base, base.messages if base is not None else stored, tally
+    to_compact, converted = _convert_new_system_messages(stored, base, start,
+                                                         base.messages if base is not None else stored)
+    return stored, base, to_compact, tally, converted
 
 
 def _tally(memory: Any) -> CountTally | None:
@@ -237,7 +266,9 @@ def _tally(memory: Any) -> CountTally | None:
 
 
 def _finish(stored: list[BaseMessage], base: Rebuilt | None, compacted_from: list[BaseMessage], memory: Any,
-            mode: str, result: CompactionResult) -> CompactionPlan:
+            mode: str, result: CompactionResult, converted: _Converted) -> CompactionPlan:
+    if converted.repairs:  # reported like any repair; in rewrite mode they are stored (same ids, in place)
+        result = dataclasses.replace(result, repairs=[*converted.repairs, *result.repairs])
     out = result.messages
     if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
         raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
@@ -254,7 +285,8 @@ def _finish(stored: list[BaseMessage], base: Rebuilt | None, compacted_from: lis
         new_memory["tally"] = result.tally.to_dict()
     update: list[BaseMessage] | None = None
     if mode == "view":
-        new_memory["view"] = view_memory(stored, base, old.get("view"), out, unchanged=out is compacted_from)
+        new_memory["view"] = view_memory(stored, base, old.get("view"), out, unchanged=out is compacted_from,
+                                         swapped=converted.stored_at)
     elif result.compacted:
         stored_ids = {m.id for m in stored if m.id}
         in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
@@ -296,10 +328,10 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     """
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
+    stored, base, to_compact, tally, converted = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
                    compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally,
-                           repair=policy.repairs_by_default(True)))
+                           repair=policy.repairs_by_default(True)), converted)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
@@ -307,10 +339,10 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
+    stored, base, to_compact, tally, converted = _prepare(messages, memory, mode, key)
     return _finish(stored, base, to_compact, memory, mode,
                    await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally,
-                                  repair=policy.repairs_by_default(True)))
+                                  repair=policy.repairs_by_default(True)), converted)
 
 
 # ----------------------------------------------------------------------------------------------- the node

@@ -19,6 +19,9 @@ so it sees the final system prompt, tools and messages; in rewrite mode, no midd
 
 The window: `max_input_tokens`, else the `model` given here, else the profile of the model of each request
 (`request.model.profile["max_input_tokens"]`).
+
+A SystemMessage in `request.messages` after the conversation started (another middleware's note, a tool's
+`Command`) reaches the model as a HumanMessage on every call, compacting or not (see `plan_compaction`).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def _run(stored: list[BaseMessage], start: int, end: int) -> list[Any]:
 
 
 def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, model_input: list[BaseMessage],
-                unchanged: bool) -> dict[str, Any]:
+                unchanged: bool, swapped: dict[int, BaseMessage] | None = None) -> dict[str, Any]:
     """The ``view`` entry for this call's model input, and the view kept as objects for the next call.
 
     Args:
@@ -171,21 +171,21 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         old_view: the previous ``view`` entry (used when `base` is given).
         model_input: the compacted list (the model input).
         unchanged: True when `model_input` is the compaction input itself (nothing compacted): the new entry is
-            then the old one plus one run, O(segments).
+            then the old one plus the new messages as runs, O(segments).
+        swapped: new messages sent in another form, {index in `stored`: the message sent} (a mid-history
+            SystemMessage sent as a HumanMessage): kept as rewritten messages, O(1) each.
     """
     n = len(stored)
     old_segments = old_view.get("segments") if isinstance(old_view, dict) else None
     if unchanged and base is not None and isinstance(old_segments, list):
         segments = list(old_segments)
         replaced = old_view.get("replaced") or {}
-        last = segments[-1] if segments else None
-        if base.covered < n:
-            if isinstance(last, list) and last[1] == base.covered:
-                segments[-1] = _run(stored, last[0], n)
-            else:
-                segments.append(_run(stored, base.covered, n))
+        if swapped:
+            replaced = dict(replaced)
+        _append_runs(segments, replaced, stored, base.covered, n, swapped)
     elif unchanged:
-        segments, replaced = [_run(stored, 0, n)], {}
+        segments, replaced = [], {}
+        _append_runs(segments, replaced, stored, 0, n, swapped)
     else:
         segments, replaced = _segments(stored, model_input)
     entry = base.entry if base is not None and base.entry is not None else None
@@ -196,6 +196,29 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         entry = _Entry(list(stored), model_input, segments, replaced)
     _VIEWS.put((n, stored[-1].id), entry)
     return {"covered": n, "last_id": stored[-1].id, "segments": segments, "replaced": replaced}
+
+
+def _append_runs(segments: list[Any], replaced: dict[str, Any], stored: list[BaseMessage], start: int, end: int,
+                 swapped: dict[int, BaseMessage] | None) -> None:
+    """Append `stored[start:end]` to `segments` as runs (the first one merged with a run that ends at `start`),
+    each message of `swapped` in that range as a rewritten one. O(1 + len(swapped))."""
+    def add(lo: int, hi: int) -> None:
+        last = segments[-1] if segments else None
+        if isinstance(last, list) and last[1] == lo:
+            segments[-1] = _run(stored, last[0], hi)
+        else:
+            segments.append(_run(stored, lo, hi))
+
+    pos = start
+    for p in sorted(k for k in swapped if start <= k < end) if swapped else ():
+        if pos < p:
+            add(pos, p)
+        m = swapped[p]
+        replaced[m.id] = _dump(m)  # type: ignore[index]
+        segments.append(m.id)
+        pos = p + 1
+    if pos < end:
+        add(pos, end)
 
 
 def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tuple[list[Any], dict[str, Any]]:

@@ -217,6 +217,19 @@ def is_human(message: BaseMessage) -> bool:
     return isinstance(message, HumanMessage) or _role(message) in ("user", "human")
 
 
+def is_converted_system(message: BaseMessage) -> bool:
+    """A mid-history SystemMessage sent as a HumanMessage: additional_kwargs["lc_compaction"]["converted_from"] ==
+    "system" (the documented mark).  It carries the system's words, not the user's: never "the user's request"."""
+    kwargs = getattr(message, "additional_kwargs", None) or {}
+    mark = kwargs.get("lc_compaction") if isinstance(kwargs, dict) else None
+    return isinstance(mark, dict) and mark.get("converted_from") == "system"
+
+
+def is_user_turn(message: BaseMessage) -> bool:
+    """A HumanMessage that is the user's (not a converted system message)."""
+    return is_human(message) and not is_converted_system(message)
+
+
 def is_system(message: BaseMessage) -> bool:
     return isinstance(message, SystemMessage) or _role(message) in ("system", "developer")
 
@@ -591,10 +604,10 @@ def thinking_leads_active_turn(ctx: CheckContext) -> None:
             isinstance(c, list) and bool(c) and isinstance(c[0], dict) and c[0].get("type") in THINKING_BLOCK_TYPES
         )
 
-    _, j = active_first_ai(ctx.input, lambda m: is_human(m) and not ctx.is_summary(m))
+    _, j = active_first_ai(ctx.input, lambda m: is_user_turn(m) and not ctx.is_summary(m))
     if j is None or not leads_with_thinking(ctx.input[j]):
         return
-    last, k = active_first_ai(ctx.out, is_human)
+    last, k = active_first_ai(ctx.out, is_user_turn)
     if k is None:
         return
     m = ctx.out[k]
@@ -642,7 +655,7 @@ def preserves_system_prompt(ctx: CheckContext) -> None:
 def _latest_human(ctx: CheckContext) -> tuple[int, BaseMessage] | None:
     for j in range(len(ctx.input) - 1, -1, -1):
         m = ctx.input[j]
-        if is_human(m) and not ctx.is_summary(m):
+        if is_user_turn(m) and not ctx.is_summary(m):
             return j, m
     return None
 
@@ -694,8 +707,9 @@ def keeps_tail_verbatim(ctx: CheckContext) -> None:
 
 @_register
 def nonempty_with_human(ctx: CheckContext) -> None:
-    """At least one HumanMessage that is not a summary (a summary does not carry the user's request)."""
-    if not any(is_human(m) and not ctx.is_summary(m) for m in ctx.out):
+    """At least one HumanMessage that is not a summary (a summary does not carry the user's request), nor a
+    converted system message."""
+    if not any(is_user_turn(m) and not ctx.is_summary(m) for m in ctx.out):
         kinds = [type(m).__name__ for m in ctx.out]
         raise AssertionError(f"the result has no (non-summary) HumanMessage: {kinds}")
 

@@ -342,6 +342,28 @@ DEFECT_CHECKS = {
 """Defect kind -> the check that must fail on it."""
 
 
+SYSTEM_NOTES = (
+    "Reminder: answer in French from now on.",
+    "The user's account was upgraded; quote the new limits.",
+    "Tool results older than an hour are stale.",
+)
+"""Texts of mid-history SystemMessages (a middleware's reminder, a note injected mid-loop)."""
+
+
+@st.composite
+def with_system_notes(draw, history_strategy, max_notes: int = 3) -> list[BaseMessage]:
+    """A history from `history_strategy` with 1..max_notes SystemMessages inserted after the first user request,
+    each where it breaks no tool block (not inside a run of ToolMessages).  Valid except that providers such as
+    Anthropic and Gemini reject a system message after the conversation started (system_only_at_start fails)."""
+    ms = list(draw(history_strategy))
+    first = next((i for i, m in enumerate(ms) if isinstance(m, HumanMessage)), len(ms) - 1)
+    for n in range(draw(st.integers(1, max_notes))):
+        spots = [p for p in range(first + 1, len(ms) + 1) if p == len(ms) or not isinstance(ms[p], ToolMessage)]
+        at = draw(st.sampled_from(spots))
+        ms.insert(at, SystemMessage(content=draw(st.sampled_from(SYSTEM_NOTES)), id=f"note{n}"))
+    return ms
+
+
 @dataclass(frozen=True)
 class Defect:
     kind: str
@@ -447,6 +469,7 @@ __all__ = [
     "DEFECT_CHECKS",
     "MALFORMED_ARGS",
     "Defect",
+    "SYSTEM_NOTES",
     "base64_data",
     "broken_histories",
     "histories",
@@ -458,4 +481,5 @@ __all__ = [
     "thinking_blocks",
     "tool_args",
     "tool_result_content",
+    "with_system_notes",
 ]
