@@ -13,7 +13,8 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   LangChain's `ClearToolUsesEdit` marks `response_metadata["context_editing"]["cleared"]`;
   such a result also counts as already truncated.
 - A message cut in place because it alone was larger than the budget carries
-  `response_metadata["lc_compaction"] = {"kind": "shortened", "original_chars": n}`.
+  `response_metadata["lc_compaction"] = {"kind": "shortened", "original_chars": n, ...}`; a tool-call argument
+  cut so ends with `ARGUMENT_CUT_MARKER` (the arguments stay a JSON object).
 - A pinned message (never removed, truncated or summarized) carries
   `additional_kwargs["lc_compaction"] = {"pinned": True}`; see `pin_message`.
 """
@@ -37,6 +38,15 @@ TRUNCATION_PREFIX = "[tool result truncated by lc-compaction"
 
 SHORTENED_MARKER = "\n[... cut by lc-compaction: {removed:,} characters removed to fit the context window ...]"
 """Marker appended where an oversized single message was cut in place."""
+
+ARGUMENT_CUT_MARKER = "[... cut by lc-compaction: {removed:,} characters removed to fit the context window ...]"
+"""Marker that ends a tool-call argument string cut in place (the arguments stay valid JSON)."""
+
+ITEMS_CUT_MARKER = "[... cut by lc-compaction: {removed:,} more items removed to fit the context window ...]"
+"""Last item of a list (or value of the `ITEMS_CUT_KEY` of an object) in tool-call arguments whose items were cut."""
+
+ITEMS_CUT_KEY = "lc_compaction_cut"
+"""Key added to an object in tool-call arguments whose other keys were cut (its value: `ITEMS_CUT_MARKER`)."""
 
 
 def _mark(message: BaseMessage, field: str) -> dict[str, Any]:
