@@ -92,9 +92,13 @@ def looks_binary(s: str) -> bool:
 def content_text(content: object) -> str:
     """Readable text of a message content: the string itself, or the parts of a block list joined by newlines.
 
-    A bare string is itself, a dict block with a string ``text`` is that text, any other dict block is named by
-    its type (``"[image]"``, ``"[block]"`` when it has none: never dumped, so no base64), anything else is
-    ``str()`` of it.
+    A bare string is itself, a dict block with a string ``text`` is that text, a media block is named by its type
+    and its reference (:func:`media_reference`: ``"[image: https://example.com/a.png]"``, ``"[file: report.pdf,
+    file id file-abc]"``, ``"[image: inline image/png data]"`` for base64 or a ``data:`` URL), any other dict block
+    by its type (``"[thinking]"``, ``"[block]"`` when it has none): never dumped, so no base64; a tool-result block
+    (Anthropic ``tool_result``) by the text of its own content. Anything else is
+    ``str()`` of it. This is the text the summarizer's transcript, the ledger, the fact guard (which keeps URLs)
+    and the truncation notes read, so a media block's URL survives a summary as a reference.
     """
     if isinstance(content, str):
         return content
@@ -105,11 +109,70 @@ def content_text(content: object) -> str:
         elif isinstance(block, dict):
             if isinstance(block.get("text"), str):
                 parts.append(block["text"])
+            elif block.get("type") in TOOL_RESULT_BLOCKS and isinstance(block.get("content"), (str, list)):
+                parts.append(content_text(block["content"]))  # a tool result's own blocks (media named too)
             else:
-                parts.append(f"[{block.get('type', 'block')}]")
+                kind = block.get("type", "block")
+                ref = media_reference(block) if kind in MEDIA_BLOCKS else None
+                parts.append(f"[{kind}: {ref}]" if ref else f"[{kind}]")
         else:
             parts.append(str(block))
     return "\n".join(parts)
+
+
+def _data_url_type(url: str) -> str:
+    """The media type of a ``data:`` URL (``"image/png"`` for ``data:image/png;base64,...``), or ""."""
+    header = url[5:].split(",", 1)[0]
+    return header.split(";", 1)[0].strip()
+
+
+def media_reference(block: Any) -> str | None:
+    """What names a media block's content without its payload, or None when the block holds nothing to name.
+
+    - a URL (``image_url.url`` or a string ``image_url`` (OpenAI Chat / Responses), ``url`` (LangChain v1 and v0),
+      ``file_url``, an Anthropic ``source`` of type ``url``) as it is;
+    - a file id (``file_id``, ``file.file_id``, an Anthropic ``source`` of type ``file``) as ``file id <id>``;
+    - inline data (base64: ``base64``, ``data``, ``file_data``, ``file.file_data``, ``input_audio.data``, an
+      Anthropic ``source`` of type ``base64``, or a ``data:`` URL) by its media type only: ``inline image/png
+      data`` (never the payload);
+    - a file name or title (``filename``, ``file.filename``, ``title``) before any of these.
+    Several parts are joined with ", ".
+    """
+    if not isinstance(block, dict):
+        return None
+    file = block.get("file") if isinstance(block.get("file"), dict) else {}
+    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    image_url = block.get("image_url")
+    audio = block.get("input_audio") if isinstance(block.get("input_audio"), dict) else {}
+    parts: list[str] = []
+    for name in (block.get("filename"), file.get("filename"), block.get("title")):
+        if isinstance(name, str) and name.strip():
+            parts.append(name.strip())
+            break
+    urls = [image_url.get("url") if isinstance(image_url, dict) else image_url, block.get("url"),
+            block.get("file_url"), source.get("url") if source.get("type") == "url" else None]
+    ids = [block.get("file_id"), file.get("file_id"), source.get("file_id") if source.get("type") == "file" else None]
+    inline = [block.get("base64"), block.get("data"), block.get("file_data"), file.get("file_data"), audio.get("data"),
+              source.get("data") if source.get("type", "base64") == "base64" else None]
+    mime = next((m for m in (block.get("mime_type"), source.get("media_type"), file.get("mime_type"))
+                 if isinstance(m, str) and m), "")
+    if not mime and isinstance(audio.get("format"), str):
+        mime = f"audio/{audio['format']}"
+    for url in urls:
+        if isinstance(url, str) and url:
+            if url.startswith("data:"):
+                inline.insert(0, url)
+            else:
+                parts.append(url)
+    for fid in ids:
+        if isinstance(fid, str) and fid:
+            parts.append(f"file id {fid}")
+    for data in inline:
+        if isinstance(data, str) and data:
+            kind = _data_url_type(data) if data.startswith("data:") else ""
+            parts.append(f"inline {kind or mime or 'binary'} data".replace("  ", " "))
+            break
+    return ", ".join(dict.fromkeys(parts)) or None
 
 
 def reply_text(message: BaseMessage) -> str:
@@ -211,6 +274,7 @@ __all__ = [
     "content_text",
     "is_invalid_call",
     "is_media",
+    "media_reference",
     "looks_binary",
     "reply_text",
     "starts_with_thinking",
