@@ -264,19 +264,11 @@ def normalize_system_messages(messages: Sequence[BaseMessage], start: int = 0
     nothing needs converting, else a new list; and one `Repair` per converted message (input index).
     """
     n = len(messages)
-    seen_non_system = False
-    for m in messages[:start] if start else ():
-        if kind(m) != SYSTEM:
-            seen_non_system = True
-            break
-    hits: list[int] = []
-    for i in range(start, n):
-        if kind(messages[i]) == SYSTEM:
-            if seen_non_system:
-                hits.append(i)
-        else:
-            seen_non_system = True
     out = messages if isinstance(messages, list) else list(messages)
+    hits = [i for i in range(start, n) if kind(out[i]) == SYSTEM]
+    if hits:  # mid-history: after the first non-system message (found past the leading system messages)
+        first = next((i for i in range(n) if kind(out[i]) != SYSTEM), n)
+        hits = [i for i in hits if i > first]
     if not hits:
         return out, []
     out = list(out)

@@ -32,7 +32,7 @@ from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMR
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -402,6 +402,16 @@ class ScriptedOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+LOOKUP_RESULT = "record " + "lorem ipsum dolor " * 120
+"""What `lookup` returns after its query: about 500 tokens."""
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"{q}: {LOOKUP_RESULT}"
 
 
 def plain_chat(n: int, size: int) -> list:

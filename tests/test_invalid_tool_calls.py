@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
@@ -26,7 +25,7 @@ from lc_compaction.integrations import CompactionMiddleware
 from lc_compaction.strategies.ledger import entries
 from lc_compaction.structure import check_invariants, repair_history, split_steps, tool_pairs
 from lc_compaction.tokens import TOOL_CALL_OVERHEAD_TOKENS, TiktokenCounter
-from tests.agent_replay import ReplayChatModel, ScriptedOpenAIServer
+from tests.agent_replay import ReplayChatModel, ScriptedOpenAIServer, lookup
 from tests.oracle import check_all_structural
 from tests.oracle.checks import CheckContext, run_checks
 from tests.oracle.generators import MALFORMED_ARGS, histories, invalid_call_result
@@ -174,14 +173,6 @@ def test_compacted_histories_with_invalid_calls_stay_valid_on_the_wire(history, 
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-
-RESULT = "record " + "lorem ipsum dolor " * 120  # about 500 tokens a result
-
-
-@tool
-def lookup(q: str) -> str:
-    """Look something up."""
-    return f"{q}: {RESULT}"
 
 
 def _script(turns: int) -> list[AIMessage]:

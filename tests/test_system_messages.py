@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware.types import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, compact
@@ -32,7 +31,7 @@ from lc_compaction.structure import (
     split_exchanges,
     split_steps,
 )
-from tests.agent_replay import ReplayChatModel
+from tests.agent_replay import ReplayChatModel, lookup
 from tests.oracle import check_all_structural
 from tests.oracle.checks import CheckContext, run_checks
 from tests.oracle.generators import histories, with_system_notes
@@ -203,14 +202,6 @@ def test_the_chat_history_wrapper_sends_a_note_as_a_user_turn():
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-
-RESULT = "record " + "lorem ipsum dolor " * 120
-
-
-@tool
-def lookup(q: str) -> str:
-    """Look something up."""
-    return f"{q}: {RESULT}"
 
 
 class Reminder(AgentMiddleware):

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from lc_compaction import CompactionPolicy, InvalidHistoryError, compact
@@ -33,7 +32,7 @@ from lc_compaction.structure import (
     split_steps,
     tool_pairs,
 )
-from tests.agent_replay import EventLog, ReplayChatModel
+from tests.agent_replay import EventLog, ReplayChatModel, lookup
 from tests.oracle import check_all_structural
 from tests.oracle.checks import ALL_STRUCTURAL, CheckContext, run_checks
 from tests.oracle.generators import DEFECT_CHECKS, broken_histories, histories
@@ -247,14 +246,6 @@ def test_the_chat_history_wrapper_folds_reused_ids():
 
 
 # ------------------------------------------------------------------------------------------------ end to end
-
-RESULT = "record " + "lorem ipsum dolor " * 120  # about 500 tokens a result
-
-
-@tool
-def lookup(q: str) -> str:
-    """Look something up."""
-    return f"{q}: {RESULT}"
 
 
 def _script(turns: int) -> list[AIMessage]:

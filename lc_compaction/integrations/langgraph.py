@@ -219,12 +219,18 @@ class _Converted:
     stored_at: dict[int, BaseMessage]
 
 
+_NOTHING_CONVERTED = _Converted([], {})
+"""The conversions of a call whose new messages hold no mid-history SystemMessage (never changed)."""
+
+
 def _convert_new_system_messages(stored: list[BaseMessage], base: Rebuilt | None, start: int,
                                  to_compact: list[BaseMessage]) -> tuple[list[BaseMessage], _Converted]:
     """`to_compact` with the mid-history SystemMessages among the new messages (stored[start:], at the end of
     `to_compact`) sent as HumanMessages: O(new messages); the same list when there is none."""
     first_new = len(to_compact) - (len(stored) - base.covered) if base is not None else start
     out, repairs = normalize_system_messages(to_compact, max(first_new, 0))
+    if not repairs:
+        return out, _NOTHING_CONVERTED
     offset = (base.covered - first_new) if base is not None else 0
     return out, _Converted(repairs, {r.index + offset: out[r.index] for r in repairs})
 

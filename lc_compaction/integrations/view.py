@@ -202,23 +202,25 @@ def _append_runs(segments: list[Any], replaced: dict[str, Any], stored: list[Bas
                  swapped: dict[int, BaseMessage] | None) -> None:
     """Append `stored[start:end]` to `segments` as runs (the first one merged with a run that ends at `start`),
     each message of `swapped` in that range as a rewritten one. O(1 + len(swapped))."""
-    def add(lo: int, hi: int) -> None:
-        last = segments[-1] if segments else None
-        if isinstance(last, list) and last[1] == lo:
-            segments[-1] = _run(stored, last[0], hi)
-        else:
-            segments.append(_run(stored, lo, hi))
-
     pos = start
     for p in sorted(k for k in swapped if start <= k < end) if swapped else ():
         if pos < p:
-            add(pos, p)
+            _add_run(segments, stored, pos, p)
         m = swapped[p]
         replaced[m.id] = _dump(m)  # type: ignore[index]
         segments.append(m.id)
         pos = p + 1
     if pos < end:
-        add(pos, end)
+        _add_run(segments, stored, pos, end)
+
+
+def _add_run(segments: list[Any], stored: list[BaseMessage], lo: int, hi: int) -> None:
+    """Append the run `stored[lo:hi]`, merged into the last segment when that run ends at `lo`."""
+    last = segments[-1] if segments else None
+    if isinstance(last, list) and last[1] == lo:
+        segments[-1] = _run(stored, last[0], hi)
+    else:
+        segments.append(_run(stored, lo, hi))
 
 
 def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tuple[list[Any], dict[str, Any]]:
