@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from langchain_core.messages import ToolMessage
 
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction.ladder import LadderState
+from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
 
 
@@ -43,7 +43,7 @@ def content_text(content: object) -> str:
 
 
 @dataclass
-class TruncateToolResults:
+class TruncateToolResults(SyncStrategy):
     """Replace old tool results with a one-line note.
 
     Args:
@@ -104,11 +104,6 @@ class TruncateToolResults:
         self._truncate(state, outside, "outside the kept part")
         if state.over_goal() and inside and self._kept_part_over_goal(state):
             self._truncate(state, inside, "inside the kept part (it alone is over the goal)")
-
-    async def aapply(self, state: LadderState) -> None:
-        """Async twin of `apply` (no I/O: the same work)."""
-        self.apply(state)
-
     def _kept_part_over_goal(self, state: LadderState) -> bool:
         if state.goal_tokens is None:
             return False
