@@ -53,8 +53,9 @@ from lc_compaction.strategies.summary_call import SummarizationError, SummaryCal
 from lc_compaction.strategies.transcript import CUT_MARKER, MIN_CHUNK_TOKENS, summary_prompts
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
-__all__ = ["CUT_MARKER", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES", "DEFAULT_MAX_SUMMARY_TOKENS", "DEFAULT_TIMEOUT",
-           "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS", "Fallback", "SummarizationError", "Summarize"]
+__all__ = ["CUT_MARKER", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES", "DEFAULT_MAX_SUMMARY_TOKENS",
+           "DEFAULT_TIMEOUT", "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS", "Fallback",
+           "SummarizationError", "Summarize"]
 
 DEFAULT_MAX_SUMMARY_TOKENS = 1000
 """Default output cap of the summary, in tokens (about 750 English words): room for the default prompt's five
@@ -174,7 +175,8 @@ class Summarize:
                              f"{type(self.model).__name__} (pass the chat model itself, not a binding or chain)")
         self._template = resolve_prompt(self.summary_prompt)
         if not _positive_int(self.max_summary_tokens) or self.max_summary_tokens < MIN_SUMMARY_TOKENS:
-            raise ValueError(f"max_summary_tokens: must be an int >= {MIN_SUMMARY_TOKENS} tokens, got {self.max_summary_tokens!r}")
+            raise ValueError(f"max_summary_tokens: must be an int >= {MIN_SUMMARY_TOKENS} tokens, "
+                             f"got {self.max_summary_tokens!r}")
         if self.trim_tokens_to_summarize is not None:
             need = ApproximateCounter().count_text(self._template) + self.max_summary_tokens + MIN_CHUNK_TOKENS
             if not _positive_int(self.trim_tokens_to_summarize) or self.trim_tokens_to_summarize < need:
@@ -187,7 +189,8 @@ class Summarize:
             raise ValueError(f"timeout: must be a positive number of seconds or None, got {self.timeout!r}")
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries: must be an int >= 0, got {self.max_retries!r}")
-        if isinstance(self.initial_delay, bool) or not isinstance(self.initial_delay, (int, float)) or self.initial_delay < 0:
+        if (isinstance(self.initial_delay, bool) or not isinstance(self.initial_delay, (int, float))
+                or self.initial_delay < 0):
             raise ValueError(f"initial_delay: must be >= 0 seconds, got {self.initial_delay!r}")
         if self.fallback not in ("auto", "ledger", "raise", "skip"):
             raise ValueError(f"fallback: must be 'auto', 'ledger', 'raise' or 'skip', got {self.fallback!r}")
@@ -297,7 +300,8 @@ class Summarize:
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
             added, omitted = 0, len(plan.identifiers) - kept
-        message = make_summary_message(text, message_id=f"lc-compaction-summary-{uuid.uuid4().hex[:12]}", role=self.role)
+        message = make_summary_message(text, message_id=f"lc-compaction-summary-{uuid.uuid4().hex[:12]}",
+                                       role=self.role)
         replaced_tokens = sum(state.slots[i].tokens for i in plan.replaced)
         if state.counter.count_message(message) >= replaced_tokens:
             # a summary no smaller than what it replaces saves nothing: keep the messages themselves

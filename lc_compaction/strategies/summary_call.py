@@ -30,6 +30,7 @@ from langchain_core.exceptions import ModelError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.retry import ExponentialJitterParams
 from langgraph.constants import TAG_NOSTREAM
 
 from lc_compaction.markers import SUMMARY_PREFIX
@@ -74,7 +75,8 @@ def reply_text(message: BaseMessage) -> str:
     for block in content if isinstance(content, list) else []:
         if isinstance(block, str):
             parts.append(block)
-        elif isinstance(block, dict) and block.get("type") in ("text", "output_text") and isinstance(block.get("text"), str):
+        elif (isinstance(block, dict) and block.get("type") in ("text", "output_text")
+              and isinstance(block.get("text"), str)):
             parts.append(block["text"])
     return "".join(parts)
 
@@ -146,19 +148,21 @@ class SummaryCall:
             raise self._error(exc) from exc
         return _usable(reply, request)
 
-    def _runnable(self, cap: int) -> Runnable:
-        model: Runnable = self.model
+    def _runnable(self, cap: int) -> Runnable[Any, Any]:
+        model: Runnable[Any, Any] = self.model
         if self.cap_field:
             model = model.bind(**{self.cap_field: cap})
         return model.with_retry(retry_if_exception_type=is_transient, stop_after_attempt=self.max_retries + 1,
-                                wait_exponential_jitter=True, exponential_jitter_params=_jitter_params(self.initial_delay))
+                                wait_exponential_jitter=True,
+                                exponential_jitter_params=_jitter_params(self.initial_delay))
 
     def _timed_out(self) -> SummarizationError:
         return SummarizationError(f"summarizer model timed out after {self.timeout:g} s", "timeout")
 
     def _error(self, exc: Exception) -> SummarizationError:
         attempts = self.max_retries + 1 if is_transient(exc) else 1
-        return SummarizationError(f"summarizer model failed ({attempts} attempt(s)): {type(exc).__name__}: {exc}", "error")
+        return SummarizationError(f"summarizer model failed ({attempts} attempt(s)): {type(exc).__name__}: {exc}",
+                                  "error")
 
 
 def _config() -> RunnableConfig:
@@ -177,7 +181,8 @@ def _usable(reply: Any, request: SummaryRequest) -> str:
         raise SummarizationError(f"summarizer model answered a placeholder ({text[:60]!r}), not a summary",
                                  "no_text")
     if not text:
-        kinds = sorted({b.get("type", "?") for b in reply.content if isinstance(b, dict)}) if isinstance(reply.content, list) else []
+        blocks = reply.content if isinstance(reply.content, list) else []
+        kinds = sorted({b.get("type", "?") for b in blocks if isinstance(b, dict)})
         what = f"only {', '.join(kinds)} blocks" if kinds else "no text"
         raise SummarizationError(f"summarizer model answered {what}: nothing usable as a summary", "no_text")
     text, cut = cut_to_tokens(text, request.cap, request.count_text)
@@ -217,7 +222,7 @@ def _run_with_deadline(fn: Callable[[], Any], timeout: float | None) -> Any:
     return box["value"]
 
 
-def _jitter_params(initial_delay: float) -> dict[str, float]:
+def _jitter_params(initial_delay: float) -> ExponentialJitterParams:
     """`Runnable.with_retry`'s `exponential_jitter_params` for a first wait of `initial_delay` seconds. Its
     TypedDict only knows `initial` (tenacity >= 9.1 calls it `multiplier` and warns about `initial`: a
     DeprecationWarning when `initial_delay` is not the default 1 s; `multiplier` would be dropped by LangChain)."""

@@ -88,7 +88,8 @@ class TruncateToolResults(SyncStrategy):
         most recent ones, each oldest first."""
         msgs = state.messages
         excluded = set(self.exclude_tools)
-        outside, inside = [], []
+        outside: list[int] = []
+        inside: list[int] = []
         for i, m in enumerate(msgs):
             if (kind(m) != TOOL or state.slots[i].pinned or m.name in excluded
                     or is_truncated(m) or is_shortened(m)):
@@ -99,7 +100,8 @@ class TruncateToolResults(SyncStrategy):
         return outside, inside
 
     def apply(self, state: LadderState) -> None:
-        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
+        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over
+        the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
         outside, inside = self._candidates(state)
         self._truncate(state, outside, "outside the kept part")
         if state.over_goal() and inside and self._kept_part_over_goal(state):
