@@ -8,6 +8,7 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -64,6 +65,20 @@ class Strategy(Protocol):
     async def aapply(self, state: LadderState) -> None:
         """Async twin of `apply` (an LLM call is awaited)."""
         ...
+
+
+class SyncStrategy(ABC):
+    """Base of a strategy with no I/O (nothing to await): subclasses write `apply`; `aapply` runs it."""
+
+    name: str
+
+    @abstractmethod
+    def apply(self, state: LadderState) -> None:
+        """Change `state` (through its methods) while `state.over_goal()`; may change nothing."""
+
+    async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (no I/O: the same work)."""
+        self.apply(state)
 
 
 @dataclass(slots=True)
