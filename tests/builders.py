@@ -1,5 +1,5 @@
 """The hand-made histories the tests share: a tool call and its result, a four-message tool exchange, a system
-prompt followed by turns.
+prompt followed by turns, a tool loop, a plain chat; and the smallest compiled graph around a compaction node.
 
 Every builder returns new message objects with fixed ids, so a test can name the messages it checks: in an
 exchange k, `h{k}` is the request, `a{k}` the assistant message calling a tool, `c{k}` the tool call's id, `t{k}`
@@ -14,10 +14,12 @@ with the code it checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 
 # ----------------------------------------------------------------------------------------------------- messages
@@ -69,6 +71,45 @@ def conversation(system: str, turns: Iterable[list[BaseMessage]]) -> list[BaseMe
 def history(turns: int = 6, result_chars: int = 4000) -> list[BaseMessage]:
     """The system prompt "You are helpful." and `turns` tool turns (`tool_turn(0..turns-1, result_chars)`)."""
     return conversation("You are helpful.", (tool_turn(n, result_chars) for n in range(turns)))
+
+
+def tool_loop(n: int, size: int, *, tool: str = "lookup", args: Callable[[int], dict[str, Any]] = lambda i: {"q": i},
+              last: str = "thanks, one more question") -> list[BaseMessage]:
+    """One request ("look things up", id `h0`) answered by `n` tool calls in a row (`tool(**args(i))`, ids `a{i}`,
+    `c{i}`), each result `size` times "lorem ipsum dolor sit amet " (id `t{i}`), then "done" (id `final`) and the
+    next request `last` (id `h1`)."""
+    out: list[BaseMessage] = [HumanMessage("look things up", id="h0")]
+    for i in range(n):
+        out.append(ai_call(f"c{i}", f"a{i}", name=tool, args=args(i)))
+        out.append(tool_result(f"c{i}", f"t{i}", f"result {i}: " + "lorem ipsum dolor sit amet " * size, name=tool))
+    out.append(AIMessage("done", id="final"))
+    out.append(HumanMessage(last, id="h1"))
+    return out
+
+
+def plain_chat(n: int, size: int) -> list[BaseMessage]:
+    """`n` exchanges of long plain text (no tools: nothing to truncate, so compaction drops whole exchanges), then
+    a last question; message ids `h0`.., `a0`.., "last"."""
+    out: list[BaseMessage] = []
+    for i in range(n):
+        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
+        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
+    out.append(HumanMessage("and finally?", id="last"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- graphs
+def compact_then_model(node: Any, model: Callable[[Any], dict], state: type = MessagesState, *,
+                       input_schema: type | None = None) -> Any:
+    """START -> "compact" (`node`, reading `input_schema` if given) -> "model" (`model`, a node function) -> END
+    over `state`, compiled with an InMemorySaver checkpointer."""
+    builder = StateGraph(state)
+    builder.add_node("compact", node, input_schema=input_schema)
+    builder.add_node("model", model)
+    builder.add_edge(START, "compact")
+    builder.add_edge("compact", "model")
+    builder.add_edge("model", END)
+    return builder.compile(checkpointer=InMemorySaver())
 
 
 # ----------------------------------------------------------------------------------------------------- counting
