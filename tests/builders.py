@@ -3,7 +3,8 @@ prompt followed by turns, a tool loop, a plain chat; and the smallest compiled g
 
 Every builder returns new message objects with fixed ids, so a test can name the messages it checks: in an
 exchange k, `h{k}` is the request, `a{k}` the assistant message calling a tool, `c{k}` the tool call's id, `t{k}`
-the result and `r{k}` the answer. Sizes are in characters; nothing here is random.
+the result and `r{k}` the answer. A size is a number of characters, or of repetitions of a phrase where the
+builder says so; nothing here is random.
 
 These are plain functions imported by name (`from tests.builders import history`), not pytest fixtures: a test
 calls a builder several times with different arguments (a history, then the turns that grow it), which a fixture
@@ -24,7 +25,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 # ----------------------------------------------------------------------------------------------------- messages
 def ai_call(call_id: str, id: str | None = None, content: Any = "", *, name: str = "f",
-         args: dict[str, Any] | None = None) -> AIMessage:
+            args: dict[str, Any] | None = None) -> AIMessage:
     """An assistant message (id `id`, text `content`) making one tool call `name(**args)` whose id is `call_id`."""
     return AIMessage(content, id=id, tool_calls=[{"name": name, "args": args or {}, "id": call_id,
                                                   "type": "tool_call"}])
@@ -75,9 +76,9 @@ def history(turns: int = 6, result_chars: int = 4000) -> list[BaseMessage]:
 
 def tool_loop(n: int, size: int, *, tool: str = "lookup", args: Callable[[int], dict[str, Any]] = lambda i: {"q": i},
               last: str = "thanks, one more question") -> list[BaseMessage]:
-    """One request ("look things up", id `h0`) answered by `n` tool calls in a row (`tool(**args(i))`, ids `a{i}`,
-    `c{i}`), each result `size` times "lorem ipsum dolor sit amet " (id `t{i}`), then "done" (id `final`) and the
-    next request `last` (id `h1`)."""
+    """One request ("look things up", id `h0`) followed by `n` tool calls in a row (`tool(**args(i))`, ids `a{i}`,
+    `c{i}`), each result "lorem ipsum dolor sit amet " repeated `size` times (id `t{i}`), then "done" (id `final`)
+    and the next request `last` (id `h1`)."""
     out: list[BaseMessage] = [HumanMessage("look things up", id="h0")]
     for i in range(n):
         out.append(ai_call(f"c{i}", f"a{i}", name=tool, args=args(i)))
@@ -88,8 +89,8 @@ def tool_loop(n: int, size: int, *, tool: str = "lookup", args: Callable[[int], 
 
 
 def plain_chat(n: int, size: int) -> list[BaseMessage]:
-    """`n` exchanges of long plain text (no tools: nothing to truncate, so compaction drops whole exchanges), then
-    a last question; message ids `h0`.., `a0`.., "last"."""
+    """`n` exchanges of long plain text ("tell me more " / "here is more " repeated `size` times; no tools, so
+    nothing to truncate and compaction drops whole exchanges), then a last question; ids `h0`.., `a0`.., "last"."""
     out: list[BaseMessage] = []
     for i in range(n):
         out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
