@@ -41,6 +41,7 @@ import lc_compaction
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TiktokenCounter, TruncateToolResults, compact
 from lc_compaction.integrations.chat_history import CompactingChatMessageHistory
 from lc_compaction.markers import make_summary_message, summary_text
+from tests.builders import tool_exchange
 from tests.oracle.cases import FakeSummaryModel
 from tests.oracle.checks import check_all_structural, default_is_summary, model_view, same_message
 from tests.oracle.traces import load_traces
@@ -442,12 +443,9 @@ def test_two_threads_adding_and_reading_lose_no_message(tmp_path: Path, persist:
         try:
             start.wait()
             for i in range(30):
-                call = f"{name}-call-{i}"
-                block = [HumanMessage(f"{name} request {i}: " + "details " * 15, id=f"{name}-h{i}"),
-                         AIMessage("", id=f"{name}-a{i}", tool_calls=[{"name": "lookup", "args": {"i": i},
-                                                                       "id": call, "type": "tool_call"}]),
-                         ToolMessage(f"{name} result {i}: " + "row " * 60, tool_call_id=call, id=f"{name}-t{i}"),
-                         AIMessage(f"{name} answer {i}", id=f"{name}-r{i}")]
+                block = tool_exchange(i, f"{name} request {i}: " + "details " * 15,
+                                      f"{name} result {i}: " + "row " * 60, f"{name} answer {i}", tool="lookup",
+                                      args={"i": i}, call_id=f"{name}-call-{i}", prefix=f"{name}-", named=False)
                 history.add_messages(block)
                 added[name] += block
                 view = history.messages
@@ -487,11 +485,8 @@ def test_an_open_tool_call_at_the_end_stays_out_of_compaction() -> None:
     inner = memory_history()
     history = CompactingChatMessageHistory(inner, policy)
     for i in range(12):
-        call = f"c{i}"
-        history.add_messages([HumanMessage(f"request {i} " + "x " * 40, id=f"h{i}"),
-                              AIMessage("", id=f"a{i}", tool_calls=[{"name": "f", "args": {}, "id": call}]),
-                              ToolMessage("y " * 80, tool_call_id=call, id=f"t{i}"),
-                              AIMessage(f"done {i}", id=f"r{i}")])
+        history.add_messages(tool_exchange(i, f"request {i} " + "x " * 40, "y " * 80, f"done {i}", tool="f",
+                                           named=False))
     open_call = AIMessage("", id="open", tool_calls=[{"name": "f", "args": {"n": 1}, "id": "p1"},
                                                      {"name": "g", "args": {"n": 2}, "id": "p2"}])
     first_result = ToolMessage("first", tool_call_id="p1", id="p1-result")

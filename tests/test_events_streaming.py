@@ -19,14 +19,14 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessageChunk, HumanMessage, SystemMessage
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.constants import TAG_NOSTREAM
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 
 from lc_compaction.integrations import EVENT_NAME, CompactionMiddleware, CompactionNode
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import make_summary_message
-from tests.agent_replay import EventLog, plain_chat
+from tests.agent_replay import EventLog
+from tests.builders import compact_then_model, plain_chat
 
 LOGGER = "lc_compaction.integrations.events"
 OPTIMIZED = re.compile(r"Context optimized: ([\d,]+) -> ([\d,]+) tokens \((.+)\), (\d+) messages affected")
@@ -38,13 +38,7 @@ def _graph(node: CompactionNode, model: Any) -> Any:
     def call_model(state: MessagesState) -> dict:
         return {"messages": [model.invoke(state["messages"])]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", call_model)
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    return builder.compile(checkpointer=InMemorySaver())
+    return compact_then_model(node, call_model)
 
 
 

@@ -13,14 +13,8 @@ from lc_compaction.structure import (
     split_exchanges,
     split_steps,
 )
-
-
-def call(cid: str, mid: str, text: str = "") -> AIMessage:
-    return AIMessage(text, id=mid, tool_calls=[{"name": "f", "args": {}, "id": cid, "type": "tool_call"}])
-
-
-def result(cid: str, mid: str) -> ToolMessage:
-    return ToolMessage("r", tool_call_id=cid, id=mid)
+from tests.builders import ai_call as call  # an AIMessage calling tool f once
+from tests.builders import tool_result as result  # its ToolMessage, text "r"
 
 
 def test_steps_end_after_tool_blocks_and_before_requests():

@@ -11,12 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, messages_from_dict,
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, compact
 from lc_compaction.tally import _PREFIXES, CountTally
-from tests.test_compact import history, tool_turn
-
-
-def lookups(counter: ApproximateCounter) -> int:
-    info = counter.cache_info()
-    return info["hits"] + info["misses"]
+from tests.builders import history, lookups, tool_turn
 
 
 def steady(counter: ApproximateCounter) -> CompactionPolicy:

@@ -17,16 +17,11 @@ from lc_compaction.integrations.langgraph import plan_compaction
 from lc_compaction.integrations.view import _VIEWS
 from lc_compaction.structure import check_invariants
 from lc_compaction.tally import _PREFIXES
-from tests.test_compact import history, tool_turn
+from tests.builders import history, lookups, tool_turn
 
 
 def dicts(messages: list[BaseMessage]) -> list[dict]:
     return [message_to_dict(m) for m in messages]
-
-
-def lookups(counter: ApproximateCounter) -> int:
-    info = counter.cache_info()
-    return info["hits"] + info["misses"]
 
 
 def forget_process_state() -> None:
