@@ -117,17 +117,23 @@ class CompactionResult:
         }
 
 
-def _as_messages(messages: Sequence[Any], start: int = 0) -> list[BaseMessage]:
-    """The input as a list of messages (the list itself when it is one); only `messages[start:]` is checked
-    when the caller knows the prefix was checked before (O(k) per call)."""
+def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "messages") -> list[BaseMessage]:
+    """The input as a list of messages: the list itself when it is one, else `convert_to_messages(messages)`.
+
+    Only `messages[start:]` is checked when the caller knows the prefix was checked before (O(k) per call for k
+    new messages). `name` is what errors call the input (a front door passes its state key).
+
+    Raises:
+        ValueError: `messages` is a string, a single message or not a sequence; or an item cannot be converted.
+    """
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
-        raise ValueError(f"messages: expected a list of messages, got {type(messages).__name__}")
+        raise ValueError(f"{name}: expected a list of messages, got {type(messages).__name__}")
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[start:]):
         return messages
     try:
         return list(convert_to_messages(messages))
     except Exception as exc:  # convert_to_messages raises a bare ValueError/NotImplementedError
-        raise ValueError(f"messages: could not convert the input to LangChain messages: {exc}") from exc
+        raise ValueError(f"{name}: could not convert the input to LangChain messages: {exc}") from exc
 
 
 class _Run:
@@ -143,7 +149,7 @@ class _Run:
         self.policy = policy
         self.counter = policy.counter
         known = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
-        self.original = _as_messages(messages, known)
+        self.original = as_messages(messages, known)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
         self.known = known if self.original is messages else 0

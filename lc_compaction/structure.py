@@ -347,6 +347,15 @@ def split_exchanges(steps: Sequence[Step]) -> list[Exchange]:
     return out
 
 
+def fill_missing_ids(messages: Sequence[BaseMessage], start: int = 0) -> None:
+    """Give each message of `messages[start:]` that has no id a new uuid4 id, in place (the same object), as
+    LangChain's `SummarizationMiddleware` does: every message has an id before any removal from graph state
+    (`RemoveMessage(id=...)`). O(len(messages) - start)."""
+    for m in messages[start:]:
+        if not m.id:
+            m.id = str(uuid.uuid4())
+
+
 def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = None) -> list[BaseMessage]:
     """Return the messages with a unique, non-empty id each (copies only where an id is missing or repeated).
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import operator
 import threading
-import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+
+from lc_compaction.structure import fill_missing_ids
 
 
 @dataclass(frozen=True)
@@ -254,14 +255,13 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
     describes a prefix of `messages` (`tally_prefix`); O(k) for k new messages, O(len(messages)) otherwise.
     Each count made is stored in `counts` (keyed by `id(message)`) when given. A counted message without an
-    id gets a uuid4 id in place, so every message has one before any removal. `start`: the caller's own
-    `tally_prefix(messages, counter, tally)`, when it already has it."""
+    id gets a uuid4 id in place (`structure.fill_missing_ids`), so every message has one before any removal.
+    `start`: the caller's own `tally_prefix(messages, counter, tally)`, when it already has it."""
     if start is None:
         start = tally_prefix(messages, counter, tally)
     total = tally.tokens if start else 0  # type: ignore[union-attr]
+    fill_missing_ids(messages, start)
     for m in messages[start:]:
-        if not m.id:  # as LangChain's SummarizationMiddleware does: an id, given in place (same object)
-            m.id = str(uuid.uuid4())
         c = counter.count_message(m)
         if counts is not None:
             counts[id(m)] = c
