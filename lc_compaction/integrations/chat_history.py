@@ -54,11 +54,11 @@ from typing import Any, AsyncIterator
 
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict
+from langchain_core.messages import BaseMessage, message_to_dict
 
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import InvalidHistoryError, Violation, call_ids
+from lc_compaction.structure import InvalidHistoryError, Violation, open_tool_block_start
 from lc_compaction.tally import CountTally, starts_with
 
 __all__ = ["CompactingChatMessageHistory"]
@@ -66,30 +66,6 @@ __all__ = ["CompactingChatMessageHistory"]
 _ASYNC_LOCK_POLL_SECONDS = 0.002
 """How often (seconds) an async caller retries the wrapper's lock while another thread or task holds it.
 Polling never blocks the event loop and cannot deadlock on a full thread pool (a thread-pool wait could)."""
-
-
-def _open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
-    """Index where a trailing, still-open tool block starts; `len(messages)` when there is none.
-
-    An open tool block is the last AIMessage when it has `tool_calls` not all answered yet, followed only by
-    ToolMessages answering some of those calls (the results received so far). Such a tail is a normal state of a
-    chat history between two runs of a chain; it is not a complete history, so it is kept out of compaction.
-    Anything else (a ToolMessage that answers none of those calls, for instance) is left to the core's invariant
-    check, which names the message. Cost: O(length of the tail), in messages.
-    """
-    n = len(messages)
-    j = n
-    while j > 0 and isinstance(messages[j - 1], ToolMessage):
-        j -= 1
-    if j == 0:
-        return n
-    calls = set(call_ids(messages[j - 1]))
-    if not calls:
-        return n
-    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
-    if not answered <= calls or answered == calls:
-        return n
-    return j - 1
 
 
 def _stored_id(message: BaseMessage, position: int) -> str:
@@ -280,7 +256,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         return list(self._view), _with_ids(raw[covered:], covered)
 
     def _split(self, messages: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage], int]:
-        cut = _open_tool_block_start(messages)
+        cut = open_tool_block_start(messages)
         head, tail = messages[:cut], messages[cut:]
         extra = self.extra_tokens + sum(self.policy.counter.count_message(m) for m in tail)
         return head, tail, extra
