@@ -161,6 +161,17 @@ class _PrefixRegistry:
         with self._lock:
             self._data.pop(self._key(tally, counter), None)
 
+    def clear(self) -> None:
+        """Drop everything remembered."""
+        with self._lock:
+            self._data.clear()
+
+    def objects(self, tally: CountTally, counter: Any) -> list[BaseMessage] | None:
+        """A copy of the message objects remembered with `tally` (None when unknown)."""
+        with self._lock:
+            entry = self._data.get(self._key(tally, counter))
+            return list(entry.objects) if entry is not None else None
+
     def counts(self, tally: CountTally, counter: Any) -> Sequence[int] | None:
         """A copy of the per-message counts (tokens) remembered with `tally` (None when unknown). A copy: another
         call that grows the same history extends the remembered array in place."""
@@ -230,6 +241,32 @@ def _as_array(counts: Sequence[int] | None, n: int) -> array | None:
 
 
 _PREFIXES = _PrefixRegistry()
+
+
+def prefix_counts(tally: CountTally, counter: Any) -> Sequence[int] | None:
+    """The per-message counts (tokens) of the messages `tally` covered, as `counter` counted them in this process,
+    in order; None when this process does not know them (another process made the tally, or it was forgotten).
+    A copy: another call that grows the same history extends what is remembered in place."""
+    return _PREFIXES.counts(tally, counter)
+
+
+def covered_objects(tally: CountTally, counter: Any) -> list[BaseMessage] | None:
+    """The message objects `tally` covers in this process (a copy of the list; after a history loaded again from
+    a checkpoint matched by value, the current objects); None when this process does not know the tally."""
+    return _PREFIXES.objects(tally, counter)
+
+
+def forget(tally: CountTally, counter: Any) -> None:
+    """Drop what this process remembers for `tally` (counted by `counter`): call it when a newer tally of the same
+    history supersedes it (a compaction rewrote the history), so the process keeps one entry per history.
+    Nothing happens when the tally is unknown here."""
+    _PREFIXES.forget(tally, counter)
+
+
+def clear() -> None:
+    """Forget every tally this process remembers: afterwards every tally is treated as one from another process
+    (its history is counted again once). What a new process starts with; for tests and to release memory."""
+    _PREFIXES.clear()
 
 
 def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None) -> int:

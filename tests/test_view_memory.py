@@ -14,9 +14,9 @@ from langchain_core.messages import BaseMessage, message_to_dict
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, TruncateToolResults
 from lc_compaction.integrations.plan import plan_compaction
-from lc_compaction.integrations.view import _VIEWS
+from lc_compaction.integrations import view as view_cache
 from lc_compaction.structure import check_invariants
-from lc_compaction.tally import _PREFIXES
+from lc_compaction import tally as count_tally
 from tests.test_compact import history, tool_turn
 
 
@@ -31,8 +31,8 @@ def lookups(counter: ApproximateCounter) -> int:
 
 def forget_process_state() -> None:
     """What a new process starts with: no view kept as objects, no counting snapshot."""
-    _VIEWS._data.clear()
-    _PREFIXES._data.clear()
+    view_cache.clear()
+    count_tally.clear()
 
 
 def session(policy: CompactionPolicy, calls: int) -> tuple[list[BaseMessage], list[Any]]:
