@@ -7,8 +7,8 @@ with other content (LangGraph's `add_messages`, `update_state`) or a removed one
 per-message count cache still spares the tokenizer for content it has seen). A history loaded again from a
 checkpoint holds new but equal objects: it is compared by value once, then by pointer again.
 
-The steady-state call is O(k) for k new messages plus one C-level pointer comparison of the prefix (a few
-microseconds at 8,000 messages): the snapshot of the counted objects is extended in place, never copied.
+The steady-state call is O(k) for k new messages plus one C-level pointer comparison of the prefix (no message
+object touched): the snapshot of the counted objects is extended in place, never copied.
 
 Messages are treated as immutable, as LangChain and LangGraph treat them: a message whose `content` is changed
 in place, on the same object, inside one run, is not seen by the tally (checking every message's content on

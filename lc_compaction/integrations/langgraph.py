@@ -141,7 +141,7 @@ class CompactionNode(Runnable[dict, dict]):
 
         In a graph, the node runs inside LangGraph's own run for it (events and the summarizer's calls attach
         there); called on its own with callbacks in `config`, it opens a run named `name`. Without callbacks it
-        opens none: the steady-state cost stays a fraction of a millisecond."""
+        opens none (nothing would listen to it)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
             return self._call_with_config(self._run, input, config, run_type="chain")
