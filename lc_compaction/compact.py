@@ -286,7 +286,7 @@ class _Compaction:
             messages=messages if changed else self.original,
             tokens_before=self.tokens_before, tokens_after=st.total(),
             messages_before=len(self.original), messages_after=len(messages), triggered=True,
-            stop_reason=reason, fits=not reason == "pinned_over_budget",
+            stop_reason=reason, fits=reason != "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
             details=st.details, elapsed_ms=self._ms(), tally=tally)

@@ -18,8 +18,9 @@ strategy and the tests use an independent copy.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 

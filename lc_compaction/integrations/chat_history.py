@@ -81,7 +81,7 @@ class _Io(NamedTuple):
 
     what: Literal["read", "add", "clear", "compact"]
     target: Any = None  # the history to read, add to or clear (the inner history or the archive)
-    messages: list[BaseMessage] | None = None
+    messages: Sequence[BaseMessage] = ()
     extra_tokens: int = 0
     tally: CountTally | None = None
 
@@ -302,7 +302,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                     io.target.clear()
                 else:
                     value = compact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
-            except BaseException as exc:  # thrown back into `steps` (a failed write-back puts the messages back)
+            except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
                 error = exc
 
     async def _arun(self, steps: Generator[_Io, Any, _T]) -> _T:
@@ -324,7 +324,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                     await io.target.aclear()
                 else:
                     value = await acompact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
-            except BaseException as exc:  # thrown back into `steps` (a failed write-back puts the messages back)
+            except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
                 error = exc
 
     # ------------------------------------------------------------------ internals
