@@ -541,9 +541,11 @@ class FlakyHistory(InMemoryChatMessageHistory):
         super().add_messages(messages)
 
 
-def test_a_failed_write_back_restores_the_inner_history() -> None:
+@pytest.mark.parametrize("read", ["sync", "async"])
+def test_a_failed_write_back_restores_the_inner_history(read: str) -> None:
     """persist: when rewriting the inner history fails after it was cleared, its messages are put back and the
-    error propagates; the next read persists normally. Nothing is lost either way."""
+    error propagates; the next read persists normally. Nothing is lost either way (`messages` and
+    `aget_messages` alike)."""
     inner = FlakyHistory()
     history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000), persist=True)
     everything = []
@@ -552,11 +554,14 @@ def test_a_failed_write_back_restores_the_inner_history() -> None:
                                                                                   id=f"a{i}")]
         inner.add_messages(block)
         everything += block
+    def messages() -> list:
+        return history.messages if read == "sync" else asyncio.run(history.aget_messages())
+
     inner.fail_next_add = True
     with pytest.raises(OSError, match="simulated write failure"):
-        history.messages
+        messages()
     assert [m.id for m in inner.messages] == [m.id for m in everything]
-    view = history.messages
+    view = messages()
     assert [m.id for m in inner.messages] == [m.id for m in view] and len(view) < len(everything)
     kept = {m.id for m in inner.messages} | {m.id for m in history.archive.messages}
     assert kept == {m.id for m in everything}

@@ -4,7 +4,7 @@
 
 Before each model call it compacts the messages the model will receive, counting beside them the system prompt
 and the tool schemas of that very request (`extra_tokens`), with the same ladder, policy and memory as the
-LangGraph node (`lc_compaction.integrations.langgraph.plan_compaction`).
+LangGraph node (`lc_compaction.integrations.plan.plan_compaction`).
 
 Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
 model will receive (after other middleware changed them), so only there can they be counted. This is the hook
@@ -40,13 +40,15 @@ from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from lc_compaction.integrations.events import areport, report
-from lc_compaction.integrations.langgraph import (
+from lc_compaction.integrations.plan import (
     CompactionPlan,
     Mode,
     aplan_compaction,
+    check_mode,
     model_window,
     plan_compaction,
     resolve_policy,
+    tokens_beside,
 )
 from lc_compaction.policy import CompactionPolicy
 
@@ -92,8 +94,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
                  repair: bool | None = None) -> None:
         super().__init__()
-        if mode not in ("rewrite", "view"):
-            raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+        check_mode(mode)
         if isinstance(model, str):
             from langchain.chat_models import init_chat_model
 
@@ -123,9 +124,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         return self._policies[window]
 
     def _extra_tokens(self, policy: CompactionPolicy, request: ModelRequest) -> int:
-        counter = policy.counter
-        system = counter.count_message(request.system_message) if request.system_message is not None else 0
-        return system + counter.count_tools(list(request.tools or ()))
+        return tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
 
     def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
         if isinstance(response, AIMessage):
@@ -143,10 +142,9 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return handler(request)
         policy = self.policy_for(request.model)
-        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
-                               extra_tokens=self._extra_tokens(policy, request))
-        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-               base=plan.memory["last"])
+        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
+                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request))
+        report(plan.result, plan.event)
         return self._respond(plan, handler(request.override(messages=plan.model_input)))
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -156,8 +154,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return await handler(request)
         policy = self.policy_for(request.model)
-        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
+        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
+                                      door="agent_middleware", mode=self.mode,
                                       extra_tokens=self._extra_tokens(policy, request))
-        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-                      base=plan.memory["last"])
+        await areport(plan.result, plan.event)
         return self._respond(plan, await handler(request.override(messages=plan.model_input)))
