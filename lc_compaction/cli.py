@@ -174,7 +174,9 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
     try:
         from matplotlib.figure import Figure  # no pyplot: renders with Agg, touches no global backend state
     except ImportError:
-        raise click.UsageError("--plot needs matplotlib: pip install 'lc-compaction[plot]'") from None
+        from lc_compaction._extras import install_hint
+
+        raise click.UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     from lc_compaction.report import plot_context
 
     triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens)
