@@ -17,10 +17,12 @@ def install_hint(extra: str) -> str:
             f'published on PyPI: pip install -e ".[{extra}]")')
 
 
-def missing_extra(what: str, extra: str, exc: ImportError) -> ImportError:
-    """An ImportError saying that `what` needs the `extra` and how to install it; `name` is the missing module.
+def missing_extra(what: str, extra: str, exc: ImportError, module: str | None = None) -> ImportError:
+    """An ImportError saying that `what` needs the `extra` and how to install it; its `name` is the missing
+    module (`exc.name`, else `module`, the one that was imported).
 
     Raise it `from exc` (the original ModuleNotFoundError stays the cause)."""
-    missing = exc.name or "a dependency"
-    return ImportError(f"{what} needs the {missing!r} package (the lc-compaction extra {extra!r}): "
-                       f"{install_hint(extra)}", name=exc.name)
+    missing = exc.name or module
+    package = f"the {missing!r} package" if missing else "a package"
+    return ImportError(f"{what} needs {package} (the lc-compaction extra {extra!r}): {install_hint(extra)}",
+                       name=missing)

@@ -61,7 +61,7 @@ def _require(module: str):  # noqa: ANN202 - returns the module
     except ImportError as exc:
         from lc_compaction._extras import missing_extra
 
-        raise missing_extra("replay reports and plots", "plot", exc) from exc
+        raise missing_extra("replay reports and plots", "plot", exc, module=module) from exc
 
 
 def calls_dataframe(replay: Replays) -> pandas.DataFrame:
