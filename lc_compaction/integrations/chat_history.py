@@ -54,7 +54,13 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.messages import BaseMessage, message_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    MessageLikeRepresentation,
+    convert_to_messages,
+    message_to_dict,
+)
+from langchain_core.prompt_values import PromptValue
 
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
@@ -199,22 +205,30 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             return await self._arun(self._reading())
 
     # ------------------------------------------------------------------ writing
-    def add_message(self, message: BaseMessage) -> None:
+    def add_message(self, message: MessageLikeRepresentation) -> None:
         """Add one message to the inner history (see `add_messages`)."""
         self.add_messages([message])
 
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Add messages to the inner history, unchanged, in one `inner.add_messages` call.
+    def add_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Add messages to the inner history, in one `inner.add_messages` call.
+
+        Args:
+            messages: every form `langchain_core.messages.convert_to_messages` accepts: `BaseMessage`s (stored
+                as they are, the same objects), `(role, content)` tuples, OpenAI-style dicts, strings (a human
+                message), or a `PromptValue`. `RunnableWithMessageHistory` passes the chain's input as the user
+                gave it (`{"messages": [("human", "...")]}` arrives as tuples), so they are converted here,
+                once, and the inner history always receives `BaseMessage`s.
 
         Raises:
-            TypeError: an item is not a `BaseMessage` (naming its index); nothing is added then.
+            TypeError: `messages` is a single string, message or dict instead of a list of them, or an item
+                cannot be converted to a message (naming its index and why); nothing is added then.
         """
         batch = _checked(messages)
         with self._lock:
             self.inner.add_messages(batch)
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async twin of `add_messages` (through `inner.aadd_messages`)."""
+    async def aadd_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Async twin of `add_messages` (through `inner.aadd_messages`); the same forms and errors."""
         batch = _checked(messages)
         async with self._alocked():
             await self.inner.aadd_messages(batch)
@@ -384,11 +398,24 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self._lock.release()
 
 
-def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
-    batch = list(messages)
-    for i, m in enumerate(batch):
-        if not isinstance(m, BaseMessage):
-            raise TypeError(f"messages[{i}]: expected a langchain BaseMessage, got {type(m).__name__}")
+def _checked(messages: Sequence[MessageLikeRepresentation] | PromptValue) -> list[BaseMessage]:
+    """`messages` as `BaseMessage`s: the edge where what a chain passes is converted, once (see `add_messages`)."""
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, BaseMessage, dict)):  # iterating them would give characters, fields or keys
+        raise TypeError(f"messages: expected a list of messages, got one {type(messages).__name__} "
+                        "(use add_message for a single message)")
+    batch: list[BaseMessage] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, BaseMessage):
+            batch.append(m)
+            continue
+        try:
+            batch.extend(convert_to_messages([m]))
+        except Exception as exc:  # convert_to_messages raises bare ValueError / NotImplementedError
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TypeError(f"messages[{i}]: cannot be converted to a langchain message "
+                            f"({type(m).__name__}: {detail})") from exc
     return batch
 
 

@@ -18,7 +18,11 @@ Two modes:
   `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`. Needs the `add_messages` reducer on the messages key.
 - **"view"**: the stored history is left whole; the compacted list goes to `output_key` (default
   "llm_input_messages", the key `create_react_agent`'s model node reads first). In a hand-built graph, the model
-  node must read `state["llm_input_messages"]` instead of `state["messages"]`.
+  node must read `state["llm_input_messages"]` instead of `state["messages"]`, and declare it: annotate its
+  state `CompactionState` (or add it with `input_schema=CompactionState`); the graph can stay over
+  `MessagesState`. LangGraph passes a node only the keys of its own input schema, so a model node annotated
+  `MessagesState` is never given the key (a KeyError in that node, which this node cannot see or prevent);
+  `create_react_agent` declares the key for its model node the same way (its `CallModelInputSchema`).
 
 Memory between calls lives in graph state under `memory_key` (default "compaction") as plain JSON (see
 `plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
@@ -68,6 +72,9 @@ class CompactionState(TypedDict, total=False):
     - `messages`: the conversation (`add_messages` reducer), as in `MessagesState`.
     - `llm_input_messages`: view mode's model input (last value wins), the key `create_react_agent` reads.
     - `compaction`: the node's memory, plain JSON (see `plan.plan_compaction`).
+
+    In view mode, annotate the model node's state with it (`def call_model(state: CompactionState)`): LangGraph
+    gives a node only the keys of its own annotation.
     """
 
     messages: Required[Annotated[list[AnyMessage], add_messages]]

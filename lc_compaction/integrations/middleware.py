@@ -26,14 +26,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:  # the `agents` extra; without it, an ImportError that says how to install it
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as _exc:
+    if not (_exc.name or "").startswith("langchain"):
+        raise
+    from lc_compaction._extras import missing_extra
+
+    raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.types import Command
