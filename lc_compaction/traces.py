@@ -246,14 +246,14 @@ def _convert(record: _Record, raw: list[Any], *, path: str, line: int | None, co
     except Exception as exc:  # the shape was checked; anything left is langchain-core's own complaint
         raise TraceFormatError(path, line, prefix, f"could not convert to LangChain messages: {exc}") from exc
     out: list[BaseMessage] = []
-    for i, m in enumerate(converted):
-        if not m.id:
+    for i, message in enumerate(converted):
+        if not message.id:
             stable = f"{conversation_id}:{i}"
             if stable in seen:
                 raise TraceFormatError(path, line, f"{prefix}[{seen[stable]}].id",
                                        f"{stable!r} is the id this loader gives {prefix}[{i}]; use another id")
-            m = m.model_copy(update={"id": stable})
-        out.append(m)
+            message = message.model_copy(update={"id": stable})
+        out.append(message)
     for v in check_invariants(out):
         if v.kind in TOLERATED_VIOLATIONS:
             continue
@@ -309,7 +309,8 @@ def iter_traces(path: str | Path) -> Iterator[Trace]:
             found += 1
             yield parse_record(record, path=name, line=line_no)
     if not found:
-        raise TraceFormatError(name, None, None, "no conversations (the file is empty; expected one JSON object a line)")
+        raise TraceFormatError(name, None, None,
+                               "no conversations (the file is empty; expected one JSON object a line)")
 
 
 def load_traces(paths: str | Path | Iterable[str | Path]) -> list[Trace]:
