@@ -5,6 +5,8 @@ truncate old tool results, drop the oldest exchanges, summarize the older part. 
 tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
 """
 
+from typing import Any
+
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
@@ -47,7 +49,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes (PEP 562)
+def __getattr__(name: str) -> Any:  # module-level lazy attributes (PEP 562)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'lc_compaction' has no attribute {name!r}")

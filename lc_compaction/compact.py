@@ -16,8 +16,8 @@ The ladder, in order:
    "relaxed").
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
-   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit, `fits` is False and
-   `stop_reason` is "pinned_over_budget".
+   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit,
+   `fits` is False and `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
 """
 
@@ -275,7 +275,7 @@ class _Compaction:
         else:
             reason = "under_target"
         orig_by_id = {m.id: m for m in self.original if m.id}
-        removed = [orig_by_id.get(m.id, m) for m in st.removed]
+        removed = [orig_by_id.get(m.id, m) if m.id else m for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
         tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])
@@ -319,8 +319,10 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     if not compaction.triggered:
         return compaction.unchanged("under_trigger")
     compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
     for strategy in compaction.ladder():
-        strategy.apply(compaction.state)  # type: ignore[arg-type]
+        strategy.apply(state)
     if compaction.over_budget():
         compaction.last_resort()
     return compaction.finish()
@@ -333,8 +335,10 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     if not compaction.triggered:
         return compaction.unchanged("under_trigger")
     compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
     for strategy in compaction.ladder():
-        await strategy.aapply(compaction.state)  # type: ignore[arg-type]
+        await strategy.aapply(state)
     if compaction.over_budget():
         compaction.last_resort()
     return compaction.finish()

@@ -115,7 +115,8 @@ def make_summary_message(text: str, *, message_id: str | None = None, role: str 
         return HumanMessage(content=content, additional_kwargs=kwargs, id=message_id)
     if role == "ai":
         return AIMessage(content=content, additional_kwargs=kwargs, id=message_id)
-    raise ValueError(f"summary role must be 'human' or 'ai', got {role!r} (a mid-history SystemMessage is rejected by Anthropic and Gemini)")
+    raise ValueError(f"summary role must be 'human' or 'ai', got {role!r} "
+                     "(a mid-history SystemMessage is rejected by Anthropic and Gemini)")
 
 
 def summary_text(message: BaseMessage) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -26,6 +26,9 @@ from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import check_invariants, is_request
 from lc_compaction.traces import Trace, load_traces
+
+if TYPE_CHECKING:
+    from tqdm.auto import tqdm
 
 __all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayError", "ReplayReport", "areplay_conversation",
            "areplay_files", "percentile", "policy_dict", "replay_conversation", "replay_files", "summarize_calls"]
@@ -370,7 +373,7 @@ def policy_dict(policy: CompactionPolicy) -> dict[str, Any]:
             "strategies": [s.name for s in policy.strategies or ()]}
 
 
-def _progress(total: int, progress: bool):  # noqa: ANN202 - a tqdm bar
+def _progress(total: int, progress: bool) -> tqdm[NoReturn]:
     from tqdm.auto import tqdm
 
     # disable=None: shown only when stderr is a terminal; delay: only on replays longer than a second.

@@ -13,6 +13,7 @@ pandas and matplotlib are imported inside the functions (the `plot` extra: `pip 
 from __future__ import annotations
 
 import json
+from types import ModuleType
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
@@ -53,7 +54,7 @@ def _conversations(replay: Replays) -> list[tuple[str, ConversationReplay]]:
     return [(c.id, c) for c in replay]
 
 
-def _require(module: str):  # noqa: ANN202 - returns the module
+def _require(module: str) -> ModuleType:
     import importlib
 
     try:
@@ -85,7 +86,8 @@ def calls_dataframe(replay: Replays) -> pandas.DataFrame:
                          "compaction_ms": c.compaction_ms, "compacted": c.compacted, "triggered": c.triggered,
                          "stop_reason": c.stop_reason, "fits": c.fits, "strategies": ",".join(c.strategies),
                          "violations": len(c.violations), "first_request_present": c.first_request_present})
-    return pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+    return frame
 
 
 MAX_LABELLED = 8
@@ -196,8 +198,8 @@ def _positions_by_id(messages: Sequence[BaseMessage], name: str, *, required: bo
 
 def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
     """{tool_call_id: tool name} of every tool call in the lists (a ToolMessage may carry no `name`)."""
-    return {tc["id"]: tc["name"] for messages in lists for m in messages if isinstance(m, AIMessage)
-            for tc in m.tool_calls if tc.get("id")}
+    return {tc_id: tc["name"] for messages in lists for m in messages if isinstance(m, AIMessage)
+            for tc in m.tool_calls if (tc_id := tc.get("id"))}
 
 
 def _tool(message: BaseMessage, call_names: Mapping[str, str]) -> str:
@@ -275,7 +277,7 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
                          "outcome": "summary" if is_summary(m) else "added", "text": _preview(m, text_chars)})
 
     for i, m in enumerate(old):
-        j = new_pos.get(m.id)  # type: ignore[arg-type]
+        j = new_pos.get(m.id) if m.id is not None else None
         row = {"index": i, "index_after": j, "role": m.type, "tool": _tool(m, names),
                "tokens_before": tc.count_message(m), "text": _preview(m, text_chars)}
         if j is None:
@@ -287,8 +289,9 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
             row.update(tokens_after=tc.count_message(new[j]), outcome=_outcome(m, new[j]))
         rows.append(row)
     place_new_until(len(new))
-    df = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS))
-    return df.astype({"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype(
+        {"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    return frame
 
 
 def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
@@ -322,7 +325,7 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, m in enumerate(old):
-        kept_as_is = unchanged.get(m.id)  # type: ignore[arg-type]
+        kept_as_is = unchanged.get(m.id) if m.id is not None else None
         if kept_as_is is not None and (kept_as_is is m or kept_as_is == m):
             continue
         for ident in guard.extract_messages([m]):
@@ -331,7 +334,9 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
                 continue
             seen.add(key)
             rows.append({"identifier": ident.value, "kind": ident.kind, "index": i, "kept": contains(text, ident)})
-    return pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype({"index": "int64", "kept": "bool"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype(
+        {"index": "int64", "kept": "bool"})
+    return frame
 
 
 # ------------------------------------------------------------------------------------------- replays compared
@@ -359,8 +364,9 @@ def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     pd = _require("pandas")
     convs = _conversations(replays)
     rows = [{k: conv.summary()[k] for k in SUMMARY_COLUMNS} for _, conv in convs]
-    return pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
-                        columns=list(SUMMARY_COLUMNS))
+    frame: pandas.DataFrame = pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
+                                           columns=list(SUMMARY_COLUMNS))
+    return frame
 
 
 def _cumulative(values: Iterable[int]) -> list[int]:
@@ -457,6 +463,7 @@ def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | Non
             raise ValueError(f"replays: {name!r} is not the conversation of {first_name!r} counted the same way: "
                              f"their uncompacted input tokens differ at model call {at}")
     plt = _require("matplotlib.pyplot")
+    fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
     _draw(left, convs, cumulative=False)
     if window is not None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
 from lc_compaction.markers import MARK_KEY, is_summary
@@ -97,9 +97,9 @@ def is_request(message: BaseMessage) -> bool:
 
 def call_ids(message: BaseMessage) -> list[str]:
     """The ids of an AIMessage's `tool_calls` (empty for other messages)."""
-    if kind(message) == AI and message.tool_calls:  # type: ignore[attr-defined]
-        return [tc.get("id") or "" for tc in message.tool_calls]  # type: ignore[attr-defined]
-    return []
+    if kind(message) != AI:
+        return []
+    return [tc.get("id") or "" for tc in cast(AIMessage, message).tool_calls]
 
 
 def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
@@ -129,7 +129,7 @@ def open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
     calls = set(call_ids(messages[j - 1]))
     if not calls or tool_block_end(messages, j - 1) != n:
         return n
-    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
+    answered = {cast(ToolMessage, m).tool_call_id for m in messages[j:]}  # the block's ToolMessages
     return n if answered == calls else j - 1
 
 
@@ -140,7 +140,7 @@ def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, of
     if not ids:
         return j
     n = len(messages)
-    while j < n and kinds[j - offset] == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
+    while j < n and kinds[j - offset] == TOOL and cast(ToolMessage, messages[j]).tool_call_id in ids:
         j += 1
     return j
 
@@ -169,7 +169,7 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
             out.append(Violation("remove_message", i, detail="RemoveMessage is a state update, not a message"))
             continue
         if k == TOOL:
-            tcid = m.tool_call_id  # type: ignore[attr-defined]
+            tcid = cast(ToolMessage, m).tool_call_id
             if not tcid:
                 out.append(Violation("missing_tool_call_id", i))
             elif tcid in answered:
@@ -198,7 +198,7 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
         if not seen_non_system and k != HUMAN:
             out.append(Violation("first_message_not_human", i, detail=f"first non-system message is {m.type}"))
         seen_non_system = True
-        ids = [tc.get("id") or "" for tc in m.tool_calls] if k == AI and m.tool_calls else ()  # type: ignore[attr-defined]
+        ids = call_ids(m) if k == AI else ()
         if ids:
             for tcid in ids:
                 if tcid in all_calls or tcid in open_calls:
@@ -240,7 +240,8 @@ def normalize_system_messages(messages: Sequence[BaseMessage]) -> tuple[list[Bas
                     kwargs.setdefault("lc_source", "summarization")
                     kwargs[MARK_KEY]["kind"] = "summary"
                 out.append(HumanMessage(content=m.content, id=m.id, name=m.name, additional_kwargs=kwargs))
-                repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
+                repairs.append(Repair("system_message_converted", i,
+                                      detail="mid-history SystemMessage sent as a HumanMessage"))
                 continue
         else:
             seen_non_system = True
@@ -267,7 +268,8 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
     kept = []
     for i, m in enumerate(msgs):
         if isinstance(m, RemoveMessage):
-            repairs.append(Repair("remove_message_dropped", i, detail="a RemoveMessage is a state update, never model input"))
+            repairs.append(Repair("remove_message_dropped", i,
+                                  detail="a RemoveMessage is a state update, never model input"))
         else:
             kept.append(m)
     msgs = kept
@@ -296,7 +298,8 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
             res = results.get(tcid)
             if res is None:
                 repairs.append(Repair("missing_tool_result_added", i, tcid))
-                name = next((tc.get("name") for tc in m.tool_calls if tc.get("id") == tcid), None)  # type: ignore[attr-defined]
+                calls = cast(AIMessage, m).tool_calls  # m has a call id: an AIMessage
+                name = next((tc.get("name") for tc in calls if tc.get("id") == tcid), None)
                 res = ToolMessage(content=MISSING_RESULT_TEXT, tool_call_id=tcid, name=name, status="error",
                                   id=f"lc-compaction-missing-{tcid}")
             out.append(res)
@@ -306,11 +309,14 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
             owner = call_owner[m.tool_call_id]
             between = msgs[owner + 1:i]
             if any(not isinstance(x, ToolMessage) for x in between):
-                repairs.append(Repair("tool_result_moved", i, m.tool_call_id, f"moved next to its call in message {owner}"))
+                repairs.append(Repair("tool_result_moved", i, m.tool_call_id,
+                                      f"moved next to its call in message {owner}"))
     first = next((k for k, m in enumerate(out) if not isinstance(m, SystemMessage)), None)
     if first is not None and not isinstance(out[first], HumanMessage):
-        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT, id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
-        repairs.append(Repair("conversation_start_added", first, detail=f"history started with a {out[first + 1].type} message"))
+        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT,
+                                       id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
+        repairs.append(Repair("conversation_start_added", first,
+                              detail=f"history started with a {out[first + 1].type} message"))
     return out, repairs
 
 
@@ -344,7 +350,7 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             start = i
             while i < n and kinds[i] != HUMAN and kinds[i] != SYSTEM:
                 m = messages[i]
-                end = _block_end(messages, kinds, i) if kinds[i] == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
+                end = _block_end(messages, kinds, i) if kinds[i] == AI and cast(AIMessage, m).tool_calls else i + 1
                 i = end
                 if kinds[end - 1] == TOOL:
                     break  # a step ends after a tool block
@@ -395,6 +401,7 @@ def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = N
             if m.id and repairs is not None:
                 repairs.append(Repair("duplicate_id_replaced", i, detail=f"id {m.id!r} was already used"))
             m = m.model_copy(update={"id": str(uuid.uuid4())})
-        seen.add(m.id)  # type: ignore[arg-type]
+        assert m.id is not None  # kept when new, else given a fresh one just above
+        seen.add(m.id)
         out.append(m)
     return out

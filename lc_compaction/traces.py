@@ -297,14 +297,14 @@ def _convert(converted: list[BaseMessage], *, path: str, line: int | None, conve
                 raise TraceFormatError(path, line, f"{prefix}[{i}].id", f"{m.id!r} repeats {prefix}[{seen[m.id]}].id")
             seen[m.id] = i
     out: list[BaseMessage] = []
-    for i, m in enumerate(converted):
-        if not m.id:
+    for i, message in enumerate(converted):
+        if not message.id:
             stable = f"{conversation_id}:{i}"
             if stable in seen:
                 raise TraceFormatError(path, line, f"{prefix}[{seen[stable]}].id",
                                        f"{stable!r} is the id this loader gives {prefix}[{i}]; use another id")
-            m = m.model_copy(update={"id": stable})
-        out.append(m)
+            message = message.model_copy(update={"id": stable})
+        out.append(message)
     for v in check_invariants(out):
         if v.kind in TOLERATED_VIOLATIONS:
             continue

@@ -293,7 +293,8 @@ def check_stored_history(replay: Replay, turn: int, stored: list[BaseMessage], *
     sent = [m for m in last_input if include_system or not isinstance(m, SystemMessage)]
     assert [_ident(m) for m in stored[:-1]] == [_ident(m) for m in sent], \
         f"{where}: the stored history is not the last model input"
-    assert stored[-1].id == replay.turns[turn].replies[-1].id, f"{where}: the stored history does not end with the reply"
+    assert stored[-1].id == replay.turns[turn].replies[-1].id, (
+        f"{where}: the stored history does not end with the reply")
     known = {m.id for m in full}
     strangers = [m.id for m in stored if m.id not in known and not default_is_summary(m)]
     assert not strangers, f"{where}: stored messages that are neither recorded nor summaries: {strangers}"
@@ -341,7 +342,7 @@ class ScriptedOpenAIServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 outer.requests.append(body)
                 text, calls = outer._next()

@@ -459,12 +459,12 @@ def test_strategies_run_once_per_compaction_not_on_every_read() -> None:
     _, calls = conversation(TAU)
     for inputs, output in calls[:20]:
         history.add_messages([*inputs, output])
-    history.messages
+    _ = history.messages
     calls_after_compaction = summary.sync_calls
     assert calls_after_compaction >= 1
     for i in range(3):
         history.add_messages([HumanMessage(f"short question {i}", id=f"q{i}"), AIMessage("short answer", id=f"r{i}")])
-        history.messages
+        _ = history.messages
     assert summary.sync_calls == calls_after_compaction
 
 
@@ -485,7 +485,7 @@ def test_a_second_process_reading_the_sqlite_file_sees_the_same_view(tmp_path: P
         history.add_messages([*inputs, output])
         added += len(inputs) + 1
         if n % 5 == 2:
-            history.messages
+            _ = history.messages
     (open_call,) = calls[23][1].tool_calls  # the history ends with an open tool call: answer it, with no id
     history.add_message(ToolMessage("A result stored without an id.", tool_call_id=open_call["id"]))
     view = history.messages
@@ -585,7 +585,7 @@ def test_an_invalid_history_names_the_message_in_the_inner_history() -> None:
         for i in range(start, start + n):
             history.add_messages([HumanMessage(f"request {i} " + "x " * 60, id=f"h{i}"),
                                   AIMessage(f"answer {i} " + "y " * 60, id=f"a{i}")])
-            history.messages
+            _ = history.messages
 
     inner = memory_history()
     history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000))
@@ -647,7 +647,7 @@ def test_clear_empties_the_inner_history_and_the_view_but_keeps_the_archive() ->
     history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000), persist=True)
     for i in range(12):
         history.add_messages([HumanMessage(f"request {i} " + "x " * 60), AIMessage(f"answer {i} " + "y " * 60)])
-    history.messages
+    _ = history.messages
     archived = list(history.archive.messages)
     assert archived
     history.clear()
@@ -805,7 +805,7 @@ def test_a_redaction_made_between_the_read_and_the_write_back_is_not_overwritten
                             AIMessage(f"a{n} " + "blah " * 300, id=f"a{n}")])
     length = len(inner.stored)
     inner.armed = True
-    history.messages  # reads, compacts, then finds the inner history changed: no write-back
+    _ = history.messages  # reads, compacts, then finds the inner history changed: no write-back
     assert history.last_result is not None and history.last_result.compacted
     assert len(inner.stored) == length
     assert inner.stored[0].content == "my card is [REDACTED]"

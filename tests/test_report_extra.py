@@ -18,11 +18,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # plot_comparison uses pyplot: no display in tests
 
-import pytest  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from matplotlib.figure import Figure
 
-from lc_compaction import (  # noqa: E402
+from lc_compaction import (
     CompactionPolicy,
     DropOldExchanges,
     TruncateToolResults,
@@ -31,7 +31,7 @@ from lc_compaction import (  # noqa: E402
     load_traces,
     replay_conversation,
 )
-from lc_compaction.report import (  # noqa: E402
+from lc_compaction.report import (
     COMPACTION_COLUMNS,
     IDENTIFIER_COLUMNS,
     OUTCOMES,
@@ -42,7 +42,7 @@ from lc_compaction.report import (  # noqa: E402
     plot_cumulative,
     summary_dataframe,
 )
-from lc_compaction.strategies.summarize import Summarize  # noqa: E402
+from lc_compaction.strategies.summarize import Summarize
 
 TAU_ID = "tau-bench/gpt-4o-airline/task002-trial1"  # 62 messages, about 10,000 tokens, 30 model calls
 DOJO_ID = "agentdojo/claude-3-sonnet-20240229/workspace/user_task_27"

@@ -423,7 +423,7 @@ def test_the_summarizer_input_stays_within_its_budget_and_never_drops_the_beginn
     assert removed_requests, "some requests should have been summarized"
     for request in removed_requests:
         assert any(request in text for text in model.inputs), f"{request!r} never reached the summarizer"
-    for earlier, later in zip(model.inputs, model.inputs[1:]):
+    for later in model.inputs[1:]:
         assert "Running summary so far" in later  # each call carries the summary so far
     assert len(summaries(result.messages)) == 1
 
@@ -475,7 +475,7 @@ def test_user_patterns_reach_the_guard():
     assert "gold-star" not in the_summary(plain)  # not an identifier without the user's pattern
 
 
-# ----------------------------------------------------------------------------------------------------- message, prompts, settings
+# ---------------------------------------------------------------------------------------- message, prompts, settings
 def test_the_summary_message_is_a_marked_human_message_by_default_or_an_ai_message():
     human = compact(history(12), policy(fast(model=ScriptedModel(script=["S."]))))
     (message,) = summaries(human.messages)
@@ -545,7 +545,7 @@ def test_sync_and_async_give_the_same_result():
     assert [m.id for m in a.messages if not is_summary(m)] == [m.id for m in b.messages if not is_summary(m)]
 
 
-# ----------------------------------------------------------------------------------------------------- generated histories
+# ---------------------------------------------------------------------------------------------- generated histories
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(msgs=histories(max_turns=6, max_steps=3, prior_summary=True), window=st.integers(300, 6000),
        keep=st.sampled_from([("turns", 1), ("turns", 2), ("messages", 3), ("tokens", 500)]),

@@ -38,7 +38,7 @@ class FakeOpenAI:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append({"path": self.path, **body})
                 kind, value = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]

@@ -169,7 +169,8 @@ def test_special_token_text_is_ordinary_text(exact, enc):
 
 
 COOKBOOK_MESSAGES = [
-    SystemMessage("You are a helpful, pattern-following assistant that translates corporate jargon into plain English."),
+    SystemMessage("You are a helpful, pattern-following assistant that translates corporate jargon "
+                  "into plain English."),
     SystemMessage("New synergies will help drive top-line growth.", name="example_user"),
     SystemMessage("Things working well together will increase revenue.", name="example_assistant"),
     SystemMessage(

@@ -33,7 +33,8 @@ def test_line_numbers_ids_and_metadata(tmp_path: Path):
         {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "id": "mine"}]},
         {"id": 7, "source": "me", "license": "MIT", "extra_field": [1],
          "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [
-             {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+             {"type": "text", "text": "look"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
              {"role": "assistant", "content": None, "tool_calls": [
                  {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
                  {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
@@ -130,7 +131,8 @@ BAD_LINES = [
      "messages[3].tool_call_id", "duplicate tool result"),
     (json.dumps({"id": "x", "messages": [{"role": "assistant", "content": "I start"}]}), "messages[0].role",
      "first message not human"),
-    (json.dumps(_conv({"role": "assistant", "content": "a", "id": "dup"}, {"role": "user", "content": "b", "id": "dup"})),
+    (json.dumps(_conv({"role": "assistant", "content": "a", "id": "dup"},
+                      {"role": "user", "content": "b", "id": "dup"})),
      "messages[2].id", "repeats messages[1].id"),
 ]
 

@@ -182,7 +182,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
 
     # ------------------------------------------------------------------ reading
     @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base class declares a plain attribute
         """The compacted view: a new list each call, equal to the previous one when nothing was added; its
         messages are shared with the wrapper's cache (do not mutate them).
 
@@ -305,7 +305,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             try:
                 io = steps.send(value) if error is None else steps.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: _T = stop.value  # StopIteration.value is typed Any; `steps` is declared to return _T
+                return result
             value, error = None, None
             try:
                 if io.what == "read":
@@ -327,7 +328,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             try:
                 io = steps.send(value) if error is None else steps.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: _T = stop.value  # StopIteration.value is typed Any; `steps` is declared to return _T
+                return result
             value, error = None, None
             try:
                 if io.what == "read":

@@ -30,7 +30,8 @@ from langchain_core.runnables.config import ensure_config, get_callback_manager_
 
 from lc_compaction.compact import CompactionResult
 
-__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload", "report"]
+__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload",
+           "report"]
 
 EVENT_NAME = "lc_compaction"
 """Name of the custom event dispatched after every compaction decision (ran or skipped)."""

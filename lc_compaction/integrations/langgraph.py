@@ -25,12 +25,12 @@ Two modes:
   `create_react_agent` declares the key for its model node the same way (its `CallModelInputSchema`).
 
 Memory between calls lives in graph state under `memory_key` (default "compaction") as plain JSON (see
-`plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
-result. In view mode it remembers the last model input (as runs of the stored history, and the rewritten messages:
-truncated results, summaries; see `view.py`), so the next call starts from that view plus the new messages instead
-of the whole history:
-the model input grows by appending (a stable prompt-cache prefix) and compaction runs only when that view crosses
-the trigger again, exactly as in rewrite mode.
+`plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`,
+`SqliteSaver` and a process restart and resumes with the same result. In view mode it remembers the last model input
+(as runs of the stored history, and the rewritten messages: truncated results, summaries; see `view.py`), so the
+next call starts from that view plus the new messages instead of the whole history: the model input grows by
+appending (a stable prompt-cache prefix) and compaction runs only when that view crosses the trigger again, exactly
+as in rewrite mode.
 
 The node declares its input as `CompactionState` (messages, llm_input_messages, compaction), so adding it to a
 graph also adds the `compaction` and `llm_input_messages` keys to the graph's state: no custom state schema is
@@ -151,22 +151,26 @@ class CompactionNode(Runnable[dict, dict]):
         opens none (nothing would listen to it)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
-            return self._call_with_config(self._run, input, config, run_type="chain")
+            # langchain-core's annotation lists (input), (input, run_manager) and (input, run_manager, config), yet it
+            # also passes `config=` by keyword to a function that takes it, as `_run` does.
+            return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
         return self._run(input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
         """Async twin of `invoke` (strategies run through `aapply`)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
-            return await self._acall_with_config(self._arun, input, config, run_type="chain")
+            return await self._acall_with_config(self._arun, input, config,  # type: ignore[arg-type]  # as in invoke
+                                                 run_type="chain")
         return await self._arun(input, config)
 
     def _read(self, state: Any) -> tuple[Any, Any]:
         get = state.get if isinstance(state, dict) else lambda k, d=None: getattr(state, k, d)
         messages = get(self.messages_key, None)
         if messages is None:
+            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(
-                f"the state has no {self.messages_key!r} key (keys: {sorted(state) if isinstance(state, dict) else type(state).__name__}); "
+                f"the state has no {self.messages_key!r} key (keys: {keys}); "
                 "with a custom key, declare it in your state and add the node with input_schema=YourState")
         return messages, get(self.memory_key, None)
 

@@ -24,7 +24,7 @@ The window: `max_input_tokens`, else the `model` given here, else the profile of
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 try:  # the `agents` extra; without it, an ImportError that says how to install it
     from langchain.agents.middleware.types import (
@@ -42,7 +42,7 @@ except ModuleNotFoundError as _exc:
 
     raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -114,7 +114,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
         if policy is not None or max_input_tokens is not None or model is not None:
-            self.policy = resolve_policy(policy, model=model, **self._settings)  # type: ignore[arg-type]
+            self.policy = resolve_policy(policy, model=model, **self._settings)
 
     def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
         """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
@@ -152,7 +152,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
                                mode=self.mode, extra_tokens=self._extra_tokens(policy, request))
         report(plan.result, plan.event)
-        return self._respond(plan, handler(request.override(messages=plan.model_input)))
+        return self._respond(plan, handler(request.override(messages=_any_messages(plan.model_input))))
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -165,4 +165,10 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                                       door="agent_middleware", mode=self.mode,
                                       extra_tokens=self._extra_tokens(policy, request))
         await areport(plan.result, plan.event)
-        return self._respond(plan, await handler(request.override(messages=plan.model_input)))
+        return self._respond(plan, await handler(request.override(messages=_any_messages(plan.model_input))))
+
+
+def _any_messages(messages: list[BaseMessage]) -> list[AnyMessage]:
+    """`messages` as `ModelRequest.override` annotates them (a union of langchain-core's message classes); the
+    list is the request's own messages after compaction, so nothing is converted."""
+    return cast("list[AnyMessage]", messages)

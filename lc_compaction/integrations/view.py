@@ -141,7 +141,9 @@ def _from_json(stored: list[BaseMessage], view: dict[str, Any], covered: int) ->
         if isinstance(seg, str):
             data = replaced.get(seg)
             try:
-                out.extend(messages_from_dict([data]))  # type: ignore[list-item]
+                if data is None:
+                    raise KeyError(seg)
+                out.extend(messages_from_dict([data]))
             except Exception:  # noqa: BLE001 - missing or malformed: the memory is not usable
                 logger.debug("rewritten message %r of the remembered view cannot be read: recomputing", seg)
                 return None
@@ -198,9 +200,9 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         segments, replaced = [_run(stored, 0, n)], {}
     else:
         segments, replaced = _segments(stored, model_input)
-    entry = base.entry if base is not None and base.entry is not None else None
-    if entry is not None:  # the stored snapshot grows in place: O(k)
-        entry.stored.extend(stored[base.covered:])  # type: ignore[union-attr]
+    if base is not None and base.entry is not None:  # the stored snapshot grows in place: O(k)
+        entry = base.entry
+        entry.stored.extend(stored[base.covered:])
         entry.view, entry.segments, entry.replaced = model_input, segments, replaced
     else:
         entry = _Entry(list(stored), model_input, segments, replaced)
@@ -228,7 +230,8 @@ def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tupl
         if i is not None:
             start, end = i, i + 1
         else:
-            replaced[m.id] = _dump(m)  # type: ignore[index]
+            assert m.id is not None, "a compacted history's messages all have ids (compact fills missing ones)"
+            replaced[m.id] = _dump(m)
             segments.append(m.id)
     if start >= 0:
         segments.append(_run(stored, start, end))

@@ -88,8 +88,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
 """The identifier patterns, in priority order (kind -> regular expression). Where a pattern has a group 1, the
 group is the identifier (the rest is context). Every repetition is bounded and a match cannot start inside a run
 of the characters it consumes, so extraction stays linear in the text's length (no catastrophic backtracking on
-a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers, codes, amounts,
-e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
+a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
+codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
 `gift_card_7480005`, `"reservation_id": "AQLBTL"`) and the cases (`WH-220`, `ZFA23B`)."""
 
 _TRAILING = ".,;:!?)]}'\"»”’"

@@ -79,7 +79,8 @@ def entries(messages: Sequence[BaseMessage]) -> list[str]:
                 out.append(f"- Assistant: {shorten(text, ANSWER_CHARS)}")
             for call in m.tool_calls:
                 args = shorten(json.dumps(call.get("args") or {}, ensure_ascii=False), ARGS_CHARS)
-                out.append(f"- Tool {call.get('name') or '?'}({args}) -> {_result_note(results.get(call.get('id') or ''))}")
+                note = _result_note(results.get(call.get('id') or ''))
+                out.append(f"- Tool {call.get('name') or '?'}({args}) -> {note}")
     return out
 
 

@@ -110,7 +110,8 @@ def resolve_prompt(summary_prompt: str) -> str:
             `messages` field (names the presets and the problem).
     """
     if not isinstance(summary_prompt, str):
-        raise ValueError(f"summary_prompt: expected a preset name or a template string, got {type(summary_prompt).__name__}")
+        raise ValueError("summary_prompt: expected a preset name or a template string, "
+                         f"got {type(summary_prompt).__name__}")
     if summary_prompt in PRESETS:
         return PRESETS[summary_prompt]
     if "{messages}" not in summary_prompt:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from langchain_core.messages import ToolMessage
 
@@ -102,7 +103,7 @@ class TruncateToolResults(SyncStrategy):
             content = old.message.content
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
-            new = self.truncated(old.message)  # type: ignore[arg-type]
+            new = self.truncated(cast(ToolMessage, old.message))  # `_candidates` picks tool results
             tokens = state.counter.count_message(new)
             if tokens >= old.tokens:
                 continue  # the note would not be smaller
