@@ -279,7 +279,7 @@ def _from_langchain(raw: list[dict[str, Any]], *, path: str, line: int | None, p
     for i, item in enumerate(raw):
         try:
             out.extend(messages_from_dict([item]))
-        except Exception as exc:  # messages_from_dict raises bare KeyError / ValueError / pydantic errors
+        except Exception as exc:  # noqa: BLE001 - messages_from_dict raises bare KeyError, ValueError, pydantic errors
             raise TraceFormatError(path, line, f"{prefix}[{i}]",
                                    f"not a LangChain message dict ({type(exc).__name__}: {exc})") from None
     return out
