@@ -44,6 +44,9 @@ pytestmark = LLAMA_MARKS
 CONVERSATION = "tau-bench/gpt-4o-airline/task002-trial1"
 WINDOW = 2_400
 """Tokens: the ten messages (2,037 tokens, 1,252 of them the system prompt) cross the trigger (80%: 1,920)."""
+CHAIN_WINDOW = 2_300
+"""Tokens: the window of the chat-history test, where the wrapper (which folds the stored messages in one by one)
+crosses the trigger once, so the summarizer is called once (a smaller one compacts twice on the way: slower)."""
 CAP = 80
 """The summary's output cap (tokens) asked of `Summarize` in these tests."""
 AGENT_REPLY = "Thank you, I am downgrading the reservations now."
@@ -161,7 +164,7 @@ def test_chat_history_wrapper_in_a_chain_sends_a_real_summary(llama_server):
     history = conversation()
     with suppress_langchain_deprecation_warning():
         inner = InMemoryChatMessageHistory(messages=history[1:-1])
-    policy = CompactionPolicy(max_input_tokens=WINDOW, strategies=[summarize(model)])
+    policy = CompactionPolicy(max_input_tokens=CHAIN_WINDOW, strategies=[summarize(model)])
     # the system prompt and the question are sent besides the history: counted as extra tokens
     extra = policy.counter.count_message(history[0]) + policy.counter.count_message(history[-1])
     wrapper = CompactingChatMessageHistory(inner, policy, extra_tokens=extra)
