@@ -62,8 +62,8 @@ training context (8,192 tokens, its model card), room for lc-compaction's defaul
 (4,000 tiktoken tokens) and output cap (1,000 tokens)."""
 
 DEFAULT_START_TIMEOUT = 60.0
-"""Seconds `start` waits for the child to report its address and answer /health. A judgment call: loading the
-98 MB model takes well under that even on a loaded machine."""
+"""Seconds `start` waits for the child to report its address and answer /health. A judgment call: a bound for a
+child that never answers, far above what loading a 98 MB model from a local disk needs."""
 
 STOP_TIMEOUT = 10.0
 """Seconds `stop` waits after SIGTERM before it sends SIGKILL."""
