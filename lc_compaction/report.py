@@ -1,7 +1,8 @@
 """Reports and plots of compactions and replays (notebooks, `lc-compaction replay --plot`).
 
-- one compaction: `compaction_table` (what happened to each message, with its tokens) and `identifiers_table`
-  (which identifiers of the removed or rewritten messages are still in the context);
+- one compaction: `compaction_table` (what happened to each message, with its tokens), `identifiers_table`
+  (which identifiers of the removed or rewritten messages are still in the context) and
+  `summary_identifiers_table` (which of them the summarizer wrote itself, and which the fact guard added);
 - replays: `calls_dataframe` (one row per model call), `summary_dataframe` (one row per replay), `plot_context`
   (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
   policies over one conversation, both views on one figure).
@@ -23,7 +24,7 @@ from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
-from lc_compaction.strategies.facts import FactGuard, contains, message_text
+from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["CALL_COLUMNS", "COMPACTION_COLUMNS", "IDENTIFIER_COLUMNS", "OUTCOMES", "SUMMARY_COLUMNS",
-           "calls_dataframe", "compaction_table", "identifiers_table", "plot_comparison", "plot_context",
-           "plot_cumulative", "summary_dataframe"]
+           "SUMMARY_IDENTIFIER_COLUMNS", "calls_dataframe", "compaction_table", "identifiers_table",
+           "plot_comparison", "plot_context", "plot_cumulative", "summary_dataframe", "summary_identifiers_table"]
 
 CALL_COLUMNS = ("conversation", "call", "message_index", "tokens_uncompacted", "tokens_before", "tokens_sent",
                 "messages_uncompacted", "messages_before", "messages_sent", "compaction_ms", "compacted",
@@ -336,6 +337,39 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
             rows.append({"identifier": ident.value, "kind": ident.kind, "index": i, "kept": contains(text, ident)})
     frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype(
         {"index": "int64", "kept": "bool"})
+    return frame
+
+
+SUMMARY_IDENTIFIER_COLUMNS = ("identifier", "kind", "in_model_summary", "in_summary")
+"""Columns of `summary_identifiers_table`."""
+
+
+def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard | None = None) -> pandas.DataFrame:
+    """What the summarizer kept on its own, and what the summary holds with the fact guard's line.
+
+    Args:
+        result: a `CompactionResult` whose call wrote a summary (`result.summary`).
+        fact_guard: the `FactGuard` whose patterns find the identifiers (default `FactGuard()`, the summarizer's).
+
+    Returns:
+        A DataFrame with the `SUMMARY_IDENTIFIER_COLUMNS`, one row per distinct identifier of `result.removed`
+        (the messages this call removed or summarized; an earlier summary's facts line included), oldest first,
+        as the guard extracts them: "in_model_summary" is True when the summary's text without the facts line
+        (what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
+
+    Raises:
+        ValueError: `result` has no summary.
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    if not result.summary:
+        raise ValueError("result: this compaction wrote no summary (result.summary is empty)")
+    guard = fact_guard or FactGuard()
+    written = "\n".join(line for line in result.summary.splitlines() if not line.startswith(FACTS_PREFIX))
+    rows = [{"identifier": i.value, "kind": i.kind, "in_model_summary": contains(written, i),
+             "in_summary": contains(result.summary, i)} for i in guard.extract_messages(result.removed)]
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(SUMMARY_IDENTIFIER_COLUMNS)).astype(
+        {"in_model_summary": "bool", "in_summary": "bool"})
     return frame
 
 
