@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -26,10 +27,14 @@ from langchain_core.messages import (
     message_to_dict,
 )
 
-from lc_compaction import DROPPED_TEXT, CompactionPolicy, DropOldExchanges, compact, is_dropped_marker
+from langgraph.graph.message import add_messages
+
+from lc_compaction import (DROPPED_TEXT, ApproximateCounter, CompactionPolicy, DropOldExchanges, compact,
+                           is_dropped_marker)
 from lc_compaction.integrations import CompactionNode
+from lc_compaction.integrations.plan import plan_compaction
 from lc_compaction.structure import check_invariants
-from tests.builders import compact_then_model, plain_chat, tool_loop, tool_turn
+from tests.builders import compact_then_model, lookups, plain_chat, tool_loop, tool_turn
 from tests.oracle.checks import check_all_structural
 from tests.oracle.generators import histories
 
@@ -143,3 +148,21 @@ def test_generated_histories_place_markers_by_the_rule_and_never_stack_them(hist
         _check_placement(result.messages)
         assert result.tokens_after == policy.counter.count_messages(result.messages)
         out = [*result.messages, *tool_turn(100 + k, 300)]
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "view"])
+def test_after_the_marker_is_written_the_next_call_counts_only_the_new_messages(mode: str) -> None:
+    """The marker (and a summary) are renamed to a stored id for the state writes; the count tally moves to the
+    renamed messages, so the next call, on the stored history as `add_messages` leaves it, is O(k) again."""
+    counter = ApproximateCounter()
+    policy = CompactionPolicy(max_input_tokens=1_000, token_counter=counter, strategies=[DropOldExchanges()])
+    stored: list[BaseMessage] = plain_chat(8, 40)
+    plan = plan_compaction(stored, None, policy, door="langgraph_node", mode=mode)
+    assert _markers(plan.model_input)
+    for write in plan.messages_writes:
+        stored = add_messages(stored, write)
+    stored = add_messages(stored, [AIMessage("ok", id="reply"), HumanMessage("and then?", id="next")])
+    before = lookups(counter)
+    again = plan_compaction(stored, plan.memory, policy, door="langgraph_node", mode=mode)
+    assert not again.result.compacted and lookups(counter) - before == 2
+    assert again.result.tokens_before == counter.count_messages(again.model_input)
