@@ -33,7 +33,7 @@ from lc_compaction import (CompactionPolicy, DropOldExchanges, Summarize, Trunca
 from lc_compaction.integrations import CompactionMiddleware, CompactionNode
 from lc_compaction.integrations.plan import plan_compaction
 from tests.agent_replay import ReplayChatModel
-from tests.builders import ai_call, plain_chat, tool_loop
+from tests.builders import ai_call, plain_chat
 from tests.oracle.generators import broken_histories, histories
 
 SIDE = AIMessage("a note written beside the compaction", id="side")

@@ -68,7 +68,7 @@ def adopt_ids(before: Sequence[BaseMessage], after: Sequence[BaseMessage],
         if pending and i > previous:
             free = [before[k].id for k in range(previous + 1, i)
                     if before[k].id not in kept and (held is None or before[k].id in held)]
-            for p, slot in zip(pending, free):
+            for p, slot in zip(pending, free, strict=False):  # more new messages than room: the rest keep theirs
                 if out is None:
                     out = list(after)
                 out[p] = after[p].model_copy(update={"id": slot})
