@@ -10,7 +10,7 @@ from typing import Any
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
-from lc_compaction.markers import is_summary, is_truncated, pin_message
+from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize
 from lc_compaction.strategies import DropOldExchanges, FactGuard, SummarizationError, Summarize, TruncateToolResults
 from lc_compaction.structure import (
@@ -85,6 +85,7 @@ __all__ = [
     "CompactionResult",
     "CountTally",
     "ContextSize",
+    "DROPPED_TEXT",
     "DropOldExchanges",
     "InvalidHistoryError",
     "LadderState",
@@ -98,6 +99,7 @@ __all__ = [
     "acompact",
     "check_invariants",
     "compact",
+    "is_dropped_marker",
     "is_summary",
     "is_truncated",
     "pin_message",

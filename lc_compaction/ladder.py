@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
@@ -198,8 +198,11 @@ class LadderState:
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         return saved
 
-    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "") -> int:
-        """Remove the messages at `indices` (whole steps); record it; return the tokens saved.
+    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
+               notes: Mapping[int, BaseMessage] | None = None) -> int:
+        """Remove the messages at `indices` (whole steps); record it; return the tokens saved (net of the notes).
+
+        `notes`: for some removed indices i, a new message (a drop marker) put where message i was; counted.
 
         Raises:
             CompactionInvariantError: an index is protected (a strategy bug).
@@ -208,10 +211,14 @@ class LadderState:
         for i in drop:
             if self.slots[i].pinned:
                 raise CompactionInvariantError(f"{strategy} tried to remove pinned message {i}")
-        saved = sum(self.slots[i].tokens for i in drop)
+        notes = notes or {}
+        if not set(notes) <= drop:
+            raise CompactionInvariantError(f"{strategy} put a note where it removed nothing")
+        added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
+        saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         self.removed.extend(self.slots[i].message for i in sorted(drop))
-        self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self.slots = [added[i] if i in added else s for i, s in enumerate(self.slots) if i not in drop or i in added]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))

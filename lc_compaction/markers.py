@@ -16,15 +16,20 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   `response_metadata["lc_compaction"] = {"kind": "shortened", "original_chars": n}`.
 - A pinned message (never removed, truncated or summarized) carries
   `additional_kwargs["lc_compaction"] = {"pinned": True}`; see `pin_message`.
+- Where exchanges were dropped, one `AIMessage` with the fixed text `DROPPED_TEXT` and
+  `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` whose whole
+  content is that text is recognized too (a history that went through a format without metadata). Where it goes
+  and when: `strategies/drop.py`.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from lc_compaction._kinds import TOOL, kind
+from lc_compaction._kinds import AI, TOOL, kind
 
 MARK_KEY = "lc_compaction"
 """Key under which lc-compaction keeps its marks (`additional_kwargs` / `response_metadata`)."""
@@ -34,6 +39,11 @@ SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
 
 TRUNCATION_PREFIX = "[tool result truncated by lc-compaction"
 """Start of the one-line note that replaces a truncated tool result's content."""
+
+DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
+"""The whole text of the marker left where exchanges were dropped. Fixed, so the marker is byte-identical on every
+call (the provider's prompt cache keeps what precedes and includes it); it says neither how many messages nor
+which, which would change it, and the cache after it, at each further drop."""
 
 SHORTENED_MARKER = "\n[... cut by lc-compaction: {removed:,} characters removed to fit the context window ...]"
 """Marker appended where an oversized single message was cut in place."""
@@ -72,6 +82,24 @@ def is_shortened(message: BaseMessage) -> bool:
     return _mark(message, "response_metadata").get("kind") == "shortened"
 
 
+def is_dropped_marker(message: BaseMessage) -> bool:
+    """True for the marker left where exchanges were dropped (`make_dropped_marker`): an AIMessage with the mark, or
+    one whose whole content is `DROPPED_TEXT` and that makes no tool call."""
+    if kind(message) != AI:
+        return False
+    if _mark(message, "response_metadata").get("kind") == "dropped":
+        return True
+    return message.content == DROPPED_TEXT and not message.tool_calls  # type: ignore[attr-defined]
+
+
+def make_dropped_marker(*, message_id: str | None = None) -> AIMessage:
+    """The marker left where exchanges were dropped: `AIMessage(DROPPED_TEXT)` marked
+    `response_metadata["lc_compaction"] = {"kind": "dropped"}` (a field no chat model sends to its provider).
+    `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
+    return AIMessage(content=DROPPED_TEXT, id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
+                     response_metadata={MARK_KEY: {"kind": "dropped"}})
+
+
 def is_pinned_mark(message: BaseMessage) -> bool:
     """True when the message carries the pin mark set by `pin_message`."""
     return bool(_mark(message, "additional_kwargs").get("pinned"))
@@ -107,8 +135,6 @@ def make_summary_message(text: str, *, message_id: str | None = None, role: str 
         ValueError: `role` is "system" (a SystemMessage after the conversation started is rejected by
             Anthropic and Gemini) or unknown.
     """
-    from langchain_core.messages import AIMessage
-
     kwargs = {"lc_source": "summarization", MARK_KEY: {"kind": "summary"}}
     content = SUMMARY_PREFIX + text
     if role == "human":

@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
-from lc_compaction.markers import is_shortened, is_summary, is_truncated
+from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
 from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
@@ -162,6 +162,7 @@ OUTCOMES: dict[str, str] = {
     "summarized": "replaced by the summary (known only from a CompactionResult's actions)",
     "removed": "not in the result",
     "summary": "a summary message of the result that was not in the input",
+    "marker": "the one-line marker left where exchanges were dropped, not in the input (markers.DROPPED_TEXT)",
     "added": "another message of the result that was not in the input (a repair)",
 }
 """What `compaction_table`'s "outcome" column can say, and what each value means."""
@@ -275,7 +276,8 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
                 continue
             rows.append({"index": None, "index_after": j, "role": m.type, "tool": _tool(m, names),
                          "tokens_before": 0, "tokens_after": tc.count_message(m),
-                         "outcome": "summary" if is_summary(m) else "added", "text": _preview(m, text_chars)})
+                         "outcome": "summary" if is_summary(m) else "marker" if is_dropped_marker(m) else "added",
+                         "text": _preview(m, text_chars)})
 
     for i, m in enumerate(old):
         j = new_pos.get(m.id) if m.id is not None else None

@@ -41,6 +41,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 import lc_compaction
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TiktokenCounter, TruncateToolResults, compact
+from lc_compaction import is_dropped_marker
 from lc_compaction.integrations.chat_history import CompactingChatMessageHistory
 from lc_compaction.markers import make_summary_message, summary_text
 from tests.builders import tool_exchange
@@ -638,8 +639,9 @@ def test_a_failed_write_back_restores_the_inner_history(read: str) -> None:
     assert [m.id for m in inner.messages] == [m.id for m in everything]
     view = messages()
     assert [m.id for m in inner.messages] == [m.id for m in view] and len(view) < len(everything)
-    kept = {m.id for m in inner.messages} | {m.id for m in history.archive.messages}
+    kept = {m.id for m in inner.messages if not is_dropped_marker(m)} | {m.id for m in history.archive.messages}
     assert kept == {m.id for m in everything}
+    assert sum(map(is_dropped_marker, inner.messages)) == 1  # where the old exchanges were dropped
 
 
 def test_clear_empties_the_inner_history_and_the_view_but_keeps_the_archive() -> None:

@@ -28,6 +28,7 @@ from lc_compaction import (
     TruncateToolResults,
     bundled_traces,
     compact,
+    is_dropped_marker,
     load_traces,
     replay_conversation,
 )
@@ -114,8 +115,11 @@ def test_tool_column_names_the_tool_even_when_the_result_carries_no_name():
     tools = df[df["role"] == "tool"]
     assert len(tools) > 10 and all(before[i].name is None for i in tools["index"])  # the trace names no result
     assert tools["tool"].tolist() == [calls[before[i].tool_call_id] for i in tools["index"]]
-    ai = df[df["role"] == "ai"]
+    ai = df[(df["role"] == "ai") & df["index"].notna()]
     assert ai["tool"].tolist() == [", ".join(tc["name"] for tc in before[i].tool_calls) for i in ai["index"]]
+    markers = df[df["outcome"] == "marker"]  # the drop marker is not in the input: no index, no tool
+    assert len(markers) == 1 and markers.iloc[0]["role"] == "ai" and markers.iloc[0]["tool"] == ""
+    assert is_dropped_marker(result.messages[markers.iloc[0]["index_after"]])
 
 
 def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summarized():

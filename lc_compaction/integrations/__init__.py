@@ -10,7 +10,8 @@
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
 
 What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout)
-lives in `integrations/plan.py`; view mode's memory in `integrations/view.py`.
+lives in `integrations/plan.py`; rewrite mode's state writes (by id) in `integrations/writes.py`; view mode's
+memory in `integrations/view.py`.
 """
 
 from typing import Any

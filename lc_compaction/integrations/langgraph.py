@@ -11,11 +11,13 @@ One object, `CompactionNode` (or the factory `compaction_hook(...)`), used eithe
 
 Two modes:
 
-- **"rewrite"** (default): the stored history is replaced by the compacted one. When the only changes keep
-  every message in place with its id (truncated tool results, a message cut in place), the node returns just
-  the changed messages, which the `add_messages` reducer replaces in place (same ids: the messages before the
-  first change stay byte-identical, so the provider's prompt-cache prefix stays valid). Otherwise it returns
-  `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`. Needs the `add_messages` reducer on the messages key.
+- **"rewrite"** (default): the stored history becomes the compacted one, written by id (`writes.py`): the
+  removed messages as `RemoveMessage(id=...)`, the changed ones (truncated tool results, a message cut in place)
+  with their ids, which the `add_messages` reducer replaces in place, and a new one (a summary, a drop marker)
+  with the id of the first removed message at its place, so it takes that place. Never
+  `REMOVE_ALL_MESSAGES`: a message another node writes in the same step (a parallel branch, a `Send`) is kept,
+  and the messages before the first change stay byte-identical (the provider's prompt-cache prefix stays
+  valid). Needs the `add_messages` reducer on the messages key.
 - **"view"**: the stored history is left whole; the compacted list goes to `output_key` (default
   "llm_input_messages", the key `create_react_agent`'s model node reads first). In a hand-built graph, the model
   node must read `state["llm_input_messages"]` instead of `state["messages"]`, and declare it: annotate its
@@ -49,6 +51,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.graph.message import add_messages
+from langgraph.types import Command
 from typing_extensions import Required, TypedDict
 
 from lc_compaction.integrations.events import areport, report
@@ -85,7 +88,7 @@ class CompactionState(TypedDict, total=False):
 # ----------------------------------------------------------------------------------------------- the node
 
 
-class CompactionNode(Runnable[dict, dict]):
+class CompactionNode(Runnable[dict, Any]):
     """A graph node (or `create_react_agent` pre_model_hook) that compacts the history before the model call.
 
     Args:
@@ -106,8 +109,9 @@ class CompactionNode(Runnable[dict, dict]):
             names LangChain's `SummarizationMiddleware` uses).
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
-        rewrite: `{messages_key: changed messages or [RemoveMessage(REMOVE_ALL_MESSAGES), *compacted],
-        memory_key: memory}` (no messages key when nothing changed);
+        rewrite: `{messages_key: [RemoveMessage(id=...) of each removed message, changed and new messages by
+        id], memory_key: memory}` (no messages key when nothing changed); when a repair added a message where
+        nothing was removed, a `Command` with two writes to `messages_key` (see `writes.by_id_writes`);
         view: `{output_key: compacted, memory_key: memory}`.
         An empty stored history gives `{}` (nothing to compact).
 
@@ -139,11 +143,11 @@ class CompactionNode(Runnable[dict, dict]):
         self.extra_tokens = tokens_beside(self.policy.counter, system=system_prompt, tools=tools or ())
         """Tokens sent beside the stored messages on every call (tool schemas, a system prompt not in state)."""
 
-    def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any]:
+    def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any] | Command:
         """Same as `invoke(state, config)`. The annotation tells LangGraph which state keys the node uses."""
         return self.invoke(state, config)
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any] | Command:
         """Compact `input[messages_key]` (sync strategies) and return the state update (see the class).
 
         In a graph, the node runs inside LangGraph's own run for it (events and the summarizer's calls attach
@@ -153,15 +157,19 @@ class CompactionNode(Runnable[dict, dict]):
         if config.get("callbacks") is not None and not _inside_run(config):
             # langchain-core's annotation lists (input), (input, run_manager) and (input, run_manager, config), yet it
             # also passes `config=` by keyword to a function that takes it, as `_run` does.
-            return self._call_with_config(self._run, input, config, run_type="chain")  # type: ignore[arg-type]
+            out: dict[str, Any] | Command = self._call_with_config(
+                self._run, input, config, run_type="chain")  # type: ignore[arg-type]
+            return out
         return self._run(input, config)
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None,
+                      **kwargs: Any) -> dict[str, Any] | Command:
         """Async twin of `invoke` (strategies run through `aapply`)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
-            return await self._acall_with_config(self._arun, input, config,  # type: ignore[arg-type]  # as in invoke
-                                                 run_type="chain")
+            out: dict[str, Any] | Command = await self._acall_with_config(
+                self._arun, input, config, run_type="chain")  # type: ignore[arg-type]  # as in invoke
+            return out
         return await self._arun(input, config)
 
     def _read(self, state: Any) -> tuple[Any, Any]:
@@ -174,15 +182,18 @@ class CompactionNode(Runnable[dict, dict]):
                 "with a custom key, declare it in your state and add the node with input_schema=YourState")
         return messages, get(self.memory_key, None)
 
-    def _update(self, plan: CompactionPlan) -> dict[str, Any]:
+    def _update(self, plan: CompactionPlan) -> dict[str, Any] | Command:
         update: dict[str, Any] = {self.memory_key: plan.memory}
         if self.mode == "view":
             update[self.output_key] = plan.model_input
-        elif plan.messages_update:
-            update[self.messages_key] = plan.messages_update
+        elif len(plan.messages_writes) == 1:
+            update[self.messages_key] = plan.messages_writes[0]
+        elif plan.messages_writes:  # two writes to one key, in order: only a Command can say that
+            return Command(update=[*((self.messages_key, w) for w in plan.messages_writes),
+                                   (self.memory_key, plan.memory)])
         return update
 
-    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command:
         messages, memory = self._read(state)
         if not messages:
             return {}
@@ -191,7 +202,7 @@ class CompactionNode(Runnable[dict, dict]):
         report(plan.result, plan.event, config=config)
         return self._update(plan)
 
-    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command:
         messages, memory = self._read(state)
         if not messages:
             return {}

@@ -9,13 +9,16 @@ LangGraph node (`lc_compaction.integrations.plan.plan_compaction`).
 Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
 model will receive (after other middleware changed them), so only there can they be counted. This is the hook
 LangChain's `ContextEditingMiddleware` uses. In rewrite mode the stored history is updated through the
-`ExtendedModelResponse` command the model node applies after the call (the compacted history followed by the
-model's reply, or the changed messages alone when they keep their places and ids), so the stored state is the
-same as if `SummarizationMiddleware` had rewritten it in `before_model` with `REMOVE_ALL_MESSAGES`.
+`ExtendedModelResponse` command the model node applies right after appending the model's reply: written by id
+(`writes.py`: the removed messages as `RemoveMessage(id=...)`, changed and new messages replacing a stored one
+in place), never with `REMOVE_ALL_MESSAGES` (as `SummarizationMiddleware` does), so the reply and whatever another
+middleware writes in the same step are kept, and nothing compaction writes shows in `stream_mode="messages"`
+(LangGraph streams a message a node writes only when its id is new, and every one written here reuses a stored
+id).
 
 Middleware order: the first middleware in the list is the outermost. Put `CompactionMiddleware` last (innermost)
-so it sees the final system prompt, tools and messages; in rewrite mode, no middleware outside it should change
-`request.messages` (what it compacts is what it stores).
+so it sees the final system prompt, tools and messages. In rewrite mode the writes touch only messages the state
+holds: a message another middleware put into `request.messages` is compacted with the rest but never stored.
 
 The window: `max_input_tokens`, else the `model` given here, else the profile of the model of each request
 (`request.model.profile["max_input_tokens"]`).
@@ -42,7 +45,7 @@ except ModuleNotFoundError as _exc:
 
     raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -58,6 +61,7 @@ from lc_compaction.integrations.plan import (
     tokens_beside,
 )
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import fill_missing_ids
 
 __all__ = ["CompactionAgentState", "CompactionMiddleware"]
 
@@ -134,13 +138,20 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         return tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
 
     def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
+        # The model node appends the reply first, then applies this command: the writes are by id, so the reply
+        # stays after the compacted history.
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
+        writes = plan.messages_writes
+        if len(writes) > 1:  # a repair added a message: the tail is appended again, then the reply after it
+            reply = list(response.result)
+            fill_missing_ids(reply)
+            pairs = [("messages", [*writes[0], *(RemoveMessage(id=m.id) for m in reply)]),
+                     ("messages", [*writes[1], *reply]), (MEMORY_KEY, plan.memory)]
+            return ExtendedModelResponse(model_response=response, command=Command(update=pairs))
         update: dict[str, Any] = {MEMORY_KEY: plan.memory}
-        if plan.messages_update:
-            # The model node first appends the reply; a full rewrite must therefore end with the reply too.
-            update["messages"] = ([*plan.messages_update, *response.result] if plan.rewrites_all
-                                  else plan.messages_update)
+        if writes:
+            update["messages"] = writes[0]
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
@@ -150,7 +161,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             return handler(request)
         policy = self.policy_for(request.model)
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
-                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request))
+                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request),
+                               held=request.state.get("messages"))
         report(plan.result, plan.event)
         return self._respond(plan, handler(request.override(messages=_any_messages(plan.model_input))))
 
@@ -163,7 +175,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         policy = self.policy_for(request.model)
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode,
-                                      extra_tokens=self._extra_tokens(policy, request))
+                                      extra_tokens=self._extra_tokens(policy, request),
+                                      held=request.state.get("messages"))
         await areport(plan.result, plan.event)
         return self._respond(plan, await handler(request.override(messages=_any_messages(plan.model_input))))
 

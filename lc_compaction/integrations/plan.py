@@ -8,7 +8,7 @@ translate the `CompactionPlan` into their framework's update; nothing here knows
 - `resolve_policy(policy, model=..., **settings)`: the `CompactionPolicy` a door uses (the window from the
   model's profile when not given: `model_window`).
 - `plan_compaction(messages, memory, policy, door=..., mode=...)`: one call's `CompactionPlan`: the model input,
-  the update for the stored messages (rewrite mode), the new memory, and the event data to report.
+  the writes for the stored messages (rewrite mode, by id: `writes.py`), the new memory, and the event data.
 - `Mode`: "rewrite" or "view" (see `langgraph.py`'s module docstring for what each does to the state).
 
 The memory (plain JSON, under the door's memory key; `MEMORY_VERSION` says its layout): how many calls and
@@ -18,20 +18,22 @@ view mode the last model input (`view.py`). It survives any checkpointer and a p
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, RemoveMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import BaseMessage
 
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
+from lc_compaction.integrations.writes import adopt_ids, by_id_writes
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import fill_missing_ids
-from lc_compaction.tally import CountTally
+from lc_compaction.tally import CountTally, forget, prefix_counts
 from lc_compaction.tokens import TokenCounter
 
 __all__ = [
@@ -139,10 +141,14 @@ class CompactionPlan:
 
     Attributes:
         result: the `CompactionResult` of this call.
-        model_input: the messages to send to the model (never empty, no `RemoveMessage`).
-        messages_update: the update for the stored messages in rewrite mode: the changed messages alone
-            (same ids, replaced in place) or `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`; None when
-            the stored history stays as it is (view mode, or nothing changed).
+        model_input: the messages to send to the model (never empty, no `RemoveMessage`). A message compaction
+            wrote (a summary, a drop marker) carries the id of the first stored message it stands in place of
+            (`writes.adopt_ids`), in both modes.
+        messages_writes: rewrite mode's writes for the stored messages, by id, to apply in order through
+            `add_messages` (`writes.by_id_writes`: the removed messages as `RemoveMessage(id=...)`, the changed
+            and new ones replacing a stored message in place); one write, or two when a repair added a message
+            where nothing was removed; empty when the stored history stays as it is (view mode, or nothing
+            changed).
         memory: the new memory (plain JSON) to store under the memory key.
         event: the data of this call's custom event (`events.event_payload`: the memory's "last" entry plus the
             door and the number of stored messages), for `events.report`.
@@ -150,15 +156,9 @@ class CompactionPlan:
 
     result: CompactionResult
     model_input: list[BaseMessage]
-    messages_update: list[BaseMessage] | None
+    messages_writes: list[list[BaseMessage]]
     memory: dict[str, Any]
     event: dict[str, Any]
-
-    @property
-    def rewrites_all(self) -> bool:
-        """True when `messages_update` replaces the whole stored history (starts with REMOVE_ALL_MESSAGES)."""
-        first = self.messages_update[0] if self.messages_update else None
-        return isinstance(first, RemoveMessage) and first.id == REMOVE_ALL_MESSAGES
 
 
 def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
@@ -205,11 +205,15 @@ class _Planning:
         self.to_compact = self.base.messages if self.base is not None else self.stored
         """What to compact: the stored history, or in view mode the previous view plus the new messages."""
 
-    def finish(self, result: CompactionResult) -> CompactionPlan:
+    def finish(self, result: CompactionResult, policy: CompactionPolicy,
+               held: Sequence[BaseMessage] | None) -> CompactionPlan:
         stored, mode = self.stored, self.mode
-        out = result.messages
-        if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
+        if not result.messages:  # compact never empties a non-empty history (the first request is pinned)
             raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
+        held_ids = {m.id for m in held if m.id} if held is not None and result.compacted and mode == "rewrite" else None
+        if result.messages is not self.to_compact:
+            result = _with_messages(result, adopt_ids(self.to_compact, result.messages, held_ids), policy.counter)
+        out = result.messages
         old = self.previous or {}
         new_memory: dict[str, Any] = {
             "version": MEMORY_VERSION,
@@ -220,26 +224,34 @@ class _Planning:
         }
         if result.tally is not None:  # lets the next call count only the messages added since (O(k))
             new_memory["tally"] = result.tally.to_dict()
-        update: list[BaseMessage] | None = None
+        writes: list[list[BaseMessage]] = []
         if mode == "view":
             new_memory["view"] = view_memory(stored, self.base, old.get("view"), out, unchanged=out is self.to_compact)
         elif result.compacted:
-            stored_ids = {m.id for m in stored if m.id}
-            in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
-                        and all(m.id in stored_ids for m in out))
-            if in_place:
-                update = [m for m, before in zip(out, stored) if m is not before]
-            else:
-                update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
+            writes = by_id_writes(stored, out, held_ids)
         event = event_payload(result, mode=mode, door=self.door, state_messages=self.state_messages,
                               outcome=new_memory["last"])
         # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
         return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out),
-                              messages_update=update, memory=new_memory, event=event)
+                              messages_writes=writes, memory=new_memory, event=event)
+
+
+def _with_messages(result: CompactionResult, messages: list[BaseMessage], counter: TokenCounter) -> CompactionResult:
+    """`result` with `messages` (the same list but for renamed copies, `adopt_ids`), and its tally moved over to
+    them (ids are not counted: the per-message counts stay), so the next call counts only what is new."""
+    if all(map(operator.is_, messages, result.messages)):
+        return result
+    tally = result.tally
+    if tally is not None:
+        counts = prefix_counts(tally, counter)
+        forget(tally, counter)
+        tally = CountTally.of(messages, tally.tokens, counter, counts)
+    return dataclasses.replace(result, messages=messages, tally=tally)
 
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
-                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                    held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -253,6 +265,9 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
         extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`; see
             `tokens_beside`).
         key: the state key the messages come from (named in errors).
+        held: the messages the state holds, when `messages` may differ from them (the agent middleware: another
+            middleware may have changed the model request); the writes then remove and replace only messages
+            the state holds (`writes.by_id_writes`). None: the state holds `messages`.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
@@ -266,12 +281,14 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
             (names the message index and tool_call_id).
     """
     planning = _Planning(messages, memory, mode, door, key)
-    return planning.finish(compact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally))
+    result = compact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally)
+    return planning.finish(result, policy, held)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
-                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                           held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
-    return planning.finish(await acompact(planning.to_compact, policy, extra_tokens=extra_tokens,
-                                          tally=planning.tally))
+    result = await acompact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally)
+    return planning.finish(result, policy, held)
