@@ -28,13 +28,15 @@ pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is depre
 
 class FakeOpenAI:
     """A local server for POST /v1/chat/completions. Each request takes the next scripted answer:
-    ("status", code) an error status, ("slow", text) waits for `release` (at most 30 s) then answers,
+    ("status", code) an error status, ("slow", text) waits for `release` (at most `hold` seconds, 30 by default)
+    then answers,
     ("text", text) answers at once (whatever `max_completion_tokens` says). Request bodies are in `requests`."""
 
     def __init__(self) -> None:
         self.script: list[tuple[str, object]] = []
         self.requests: list[dict] = []
         self.release = threading.Event()
+        self.hold = 30.0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,7 +48,7 @@ class FakeOpenAI:
                     self._send(int(value), {"error": {"message": "server error", "type": "server_error"}})
                     return
                 if kind == "slow":
-                    owner.release.wait(30)
+                    owner.release.wait(owner.hold)
                 self._send(200, {
                     "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": value},
