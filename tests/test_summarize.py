@@ -28,7 +28,7 @@ from typing_extensions import TypedDict
 
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, summary_text
-from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, parse_facts_line
+from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
@@ -450,7 +450,7 @@ def test_the_guard_appends_what_the_summary_left_out_and_reports_the_figures():
     assert d["identifiers_kept_by_summary"] == 2
     assert d["identifiers_added_by_guard"] == d["identifiers_evicted"] - 2
     assert all(contains(text, i) for i in evicted_ids)
-    assert text.splitlines()[-1].startswith(FACTS_PREFIX)
+    assert is_facts_line(text.splitlines()[-1])
 
 
 def test_with_the_guard_off_nothing_is_appended_but_the_figures_are_still_reported():

@@ -35,7 +35,10 @@ always writes the ledger, `fallback="raise"` raises `SummarizationError` (the hi
 `details["failures"]["summarize"]` and `details["summarizer_failure"]` (its reason), and as
 `stop_reason="strategy_failed"` when nothing else changed the history; the front doors' event and log line carry it.
 
-Then the fact guard (`facts.FactGuard`) appends the identifiers of the replaced messages that the summary left out.
+Then the provenance guard (`provenance.ProvenanceGuard`) fences, attributed to their tool, the tool-derived text
+the summary holds outside the data fence (`markers.UNTRUSTED_DATA_FENCE`: tool output never speaks in the user's
+voice), and the fact guard (`facts.FactGuard`) appends the identifiers of the replaced messages that the summary
+left out (the tool-derived ones fenced).
 The output cap is lowered to the room the rest of the history leaves under the goal (minus the facts line; not
 below `MIN_SUMMARY_TOKENS`), so the result lands under the target whenever the protected part allows it; a
 summary that would not be smaller than what it replaces is not put in. Figures go to `state.details` (moved to
@@ -56,16 +59,17 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._drive import adrive, drive
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
-from lc_compaction.strategies.facts import FactGuard, Identifier, contains
+from lc_compaction.strategies.facts import FactGuard, Identifier, contains, trust
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
+from lc_compaction.strategies.provenance import ProvenanceGuard
 from lc_compaction.strategies.summary_call import Cooldown, SummarizationError, SummaryCall, SummaryRequest
 from lc_compaction.strategies.transcript import CUT_MARKER, MIN_CHUNK_TOKENS, summary_prompts
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
 __all__ = ["CUT_MARKER", "DEFAULT_COOLDOWN", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES",
-           "DEFAULT_MAX_SUMMARY_TOKENS", "DEFAULT_TIMEOUT", "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS", "Fallback",
-           "SummarizationError", "Summarize"]
+           "DEFAULT_MAX_SUMMARY_TOKENS", "DEFAULT_TIMEOUT", "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS",
+           "Fallback", "SummarizationError", "Summarize"]
 
 DEFAULT_MAX_SUMMARY_TOKENS = 1000
 """Default output cap of the summary, in tokens (about 750 English words): room for the default prompt's five
@@ -148,9 +152,22 @@ class Summarize:
             nothing; the next strategy of the ladder goes on).
         fact_guard: True (default `FactGuard()`), False (off: identifiers are still counted for the report), or
             a `FactGuard` with your patterns and bound.
-        role: "human" (default) or "ai": the summary message's type. Never "system" (a mid-history system
-            message is rejected by Anthropic and Gemini). With "ai", a kept tool call right after the summary
-            breaks Gemini's rule that a tool call follows a user or tool turn.
+        role: "human" (default, as LangChain's SummarizationMiddleware) or "ai": the summary message's type.
+            Never "system" (a mid-history system message is rejected by Anthropic and Gemini). With "ai", a kept
+            tool call right after the summary breaks Gemini's rule that a tool call follows a user or tool turn.
+            Whatever the role, tool-derived text in the summary is fenced (see "Tool output" below).
+        redact: a callable on text (str -> str), e.g. your PII redaction, applied to everything the summarizer
+            receives (each message's text and arguments, the earlier summary; the ledger's entries) and to the
+            identifiers of the fact guard's lines. None (default): nothing is redacted. It should leave the
+            fence strings (`markers.UNTRUSTED_DATA_FENCE`) alone.
+
+    Tool output: a summary speaks in the user's voice, so no text that came from tool results may read as the
+    user's. The transcript fences each tool result (`markers.UNTRUSTED_DATA_FENCE`, after the tool's name), the
+    presets tell the model to report instructions found there as content and never as requests, the ledger
+    fences the error results it quotes, and after the summary is written the provenance guard
+    (strategies/provenance.py) fences, attributed to their tool, the identifiers that come from tool results
+    only and the runs of words copied from them; the fact guard puts tool-derived identifiers on a fenced line
+    of their own. `markers.outside_fences(summary_text(m))` is the part that is not tool data.
 
     Reports, in `state.details` (then `CompactionResult.details`; the text goes to `CompactionResult.summary`):
         summarizer: "model", "ledger" (no model, or the fallback) or "none" (`fallback="skip"` after a failure).
@@ -164,6 +181,8 @@ class Summarize:
         identifiers_kept_by_summary: how many of them the summary's own text holds (the figure without the
         guard); identifiers_added_by_guard: how many the facts line added; identifiers_omitted: how many are
         in neither (the guard off, or over its bound).
+        tool_text_fenced: pieces of tool-derived text the provenance guard fenced (the model's summary or the
+            ledger's entries).
         summary_skipped: why a written summary was not put in (it would not have been smaller than what it
             replaced); the messages stay.
 
@@ -183,6 +202,7 @@ class Summarize:
     fallback: Fallback = "auto"
     fact_guard: bool | FactGuard = True
     role: Literal["human", "ai"] = "human"
+    redact: Callable[[str], str] | None = None
     name: str = "summarize"
     _template: str = field(init=False, repr=False)
     _guard: FactGuard = field(init=False, repr=False)
@@ -227,6 +247,8 @@ class Summarize:
         self._cooldown = Cooldown(float(self.cooldown), self.clock)
         if self.fallback not in ("auto", "ledger", "raise", "skip"):
             raise ValueError(f"fallback: must be 'auto', 'ledger', 'raise' or 'skip', got {self.fallback!r}")
+        if self.redact is not None and not callable(self.redact):
+            raise ValueError(f"redact: expected a callable str -> str or None, got {type(self.redact).__name__}")
         if not isinstance(self.fact_guard, (bool, FactGuard)):
             raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(self.fact_guard).__name__}")
         self._guard = self.fact_guard if isinstance(self.fact_guard, FactGuard) else FactGuard()
@@ -263,7 +285,7 @@ class Summarize:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
                 count = plan.counter.count_text
                 prompts = summary_prompts(self._template, plan.messages, plan.previous_text,
-                                          self.trim_tokens_to_summarize, count)
+                                          self.trim_tokens_to_summarize, count, redact=self.redact)
                 try:
                     prompt = next(prompts)
                     while True:
@@ -340,11 +362,17 @@ class Summarize:
         be smaller than they are, and record the figures in `state.details`."""
         count = plan.counter.count_text
         summarizer = "model" if text is not None else "ledger"
+        # --- tool output never speaks as the user: the provenance guard, then the fact guard ---
+        replaced = [state.slots[i].message for i in plan.replaced]
+        identifiers = trust(plan.identifiers, state.messages)  # what the user said anywhere is not tool data
+        provenance = ProvenanceGuard(replaced, identifiers, trusted=state.messages)
         if text is None:
-            text = build_ledger([state.slots[i].message for i in plan.replaced], max_tokens=plan.reply_cap,
-                                count_text=count)
+            text = build_ledger(replaced, max_tokens=plan.reply_cap, count_text=count, protect=provenance.guard,
+                                redact=self.redact)
+        else:
+            text = provenance.guard(text)
         if plan.facts_cap is not None:
-            result = self._guard.guard(text, plan.identifiers, count, plan.facts_cap)
+            result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact)
             text, kept, added, omitted = result.text, result.kept_by_summary, result.added, result.omitted
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
@@ -376,6 +404,7 @@ class Summarize:
         d["identifiers_kept_by_summary"] = kept
         d["identifiers_added_by_guard"] = added
         d["identifiers_omitted"] = omitted
+        d["tool_text_fenced"] = d.get("tool_text_fenced", 0) + provenance.fenced
 
 
 def _text_counter(counter: TokenCounter) -> TokenCounter:
