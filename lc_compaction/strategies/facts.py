@@ -281,9 +281,10 @@ class FactGuard:
         summary) and in no user or system message (nor the unfenced part of an earlier summary); else None. For
         a summary message the identifiers of its facts lines come first (they are older than its prose), read
         back verbatim with their attribution."""
+        messages = list(messages)
         found: list[Identifier] = []
         trusted: list[str] = []  # what the user (or the system) said: its identifiers are never tool-derived
-        names: dict[str, str] = {}
+        names = tool_names(messages)
         for m in messages:
             if is_summary(m):
                 text = summary_text(m)
@@ -297,12 +298,10 @@ class FactGuard:
                     found.append(Identifier(ident.value, ident.kind, tool))
                 trusted.append(outside_fences(body))
             elif isinstance(m, ToolMessage):
-                tool = m.name or names.get(m.tool_call_id) or "tool"
+                tool = tool_of(m, names)
                 found.extend(Identifier(i.value, i.kind, tool) for i in self.extract(message_text(m)))
             else:
-                if isinstance(m, AIMessage):
-                    names.update((c.get("id") or "", c.get("name") or "tool") for c in m.tool_calls)
-                elif isinstance(m, (HumanMessage, SystemMessage)):
+                if isinstance(m, (HumanMessage, SystemMessage)):
                     trusted.append(message_text(m))
                 found.extend(self.extract(message_text(m)))
         return _attributed(found, "\n".join(trusted))
@@ -355,6 +354,18 @@ class FactGuard:
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
                            added=len(missing) - omitted, omitted=omitted)
+
+
+def tool_names(messages: Iterable[BaseMessage]) -> dict[str, str]:
+    """Tool-call id -> tool name, over the tool calls of `messages` (a result that carries no name, as in
+    OpenAI-format recordings, is attributed through its call)."""
+    return {c.get("id") or "": c.get("name") or "tool" for m in messages if isinstance(m, AIMessage)
+            for c in m.tool_calls}
+
+
+def tool_of(message: ToolMessage, names: dict[str, str]) -> str:
+    """The name of the tool that returned `message`: its own `name`, else its call's (`tool_names`), else "tool"."""
+    return message.name or names.get(message.tool_call_id) or "tool"
 
 
 def trusted_text(messages: Iterable[BaseMessage]) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction.markers import (
     close_fences,
@@ -35,7 +35,7 @@ from lc_compaction.markers import (
     outside_fences,
     summary_text,
 )
-from lc_compaction.strategies.facts import Identifier, message_text, occurrences, trusted_text
+from lc_compaction.strategies.facts import Identifier, message_text, occurrences, tool_names, tool_of, trusted_text
 
 COPY_MIN_WORDS = 6
 """Shortest run of words copied from a tool result that the guard fences. A judgment call: six words are fewer
@@ -68,17 +68,15 @@ class ProvenanceGuard:
         self.fenced = 0
         self._tool_grams: dict[str, str] = {}
         self._trusted_grams: set[str] = set()
-        names: dict[str, str] = {}
+        names = tool_names(messages)
         for m in messages:
             if isinstance(m, ToolMessage):
-                self._index(message_text(m), m.name or names.get(m.tool_call_id) or "tool")
+                self._index(message_text(m), tool_of(m, names))
             elif is_summary(m):
                 body = summary_text(m)
                 for start, end in fenced_spans(body):
                     self._index(body[start:end], fence_label(body[start:end]) or "tool")
                 self._trusted_grams.update(self._grams(outside_fences(body)))
-            elif isinstance(m, AIMessage):
-                names.update((c.get("id") or "", c.get("name") or "tool") for c in m.tool_calls)
             elif isinstance(m, (HumanMessage, SystemMessage)):
                 self._trusted_grams.update(self._grams(message_text(m)))
         if self._tool_grams:

@@ -27,6 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import content_text
 from lc_compaction.markers import UNTRUSTED_DATA_FENCE, defang, fence, is_summary, split_fenced, summary_text
+from lc_compaction.strategies.facts import tool_names, tool_of
 
 Redact = Callable[[str], str]
 """A redaction hook: text in, the text to show out (e.g. e-mail addresses replaced by a placeholder)."""
@@ -47,18 +48,18 @@ CUT_MARKER = "\n[... summary cut at {cap:,} tokens by lc-compaction ...]"
 """Appended where a reply over the output cap was cut (or where the server itself stopped at the cap)."""
 
 
-def render_message(message: BaseMessage, tool_result_chars: int, *, tool_names: dict[str, str] | None = None,
+def render_message(message: BaseMessage, tool_result_chars: int, *, names: dict[str, str] | None = None,
                    redact: Redact | None = None) -> str:
     """One message as readable text for the summarizer: "User: ...", "Assistant: ...", "Assistant called
     name({json args})", "Tool result (name): <untrusted_tool_data>name: ...</untrusted_tool_data>" (cut to
-    `tool_result_chars` characters, with the size left out). `tool_names`: tool-call id -> tool name, for a
-    result that does not carry its tool's name. `redact` is applied to the message's text (and arguments)."""
+    `tool_result_chars` characters, with the size left out). `names`: tool-call id -> tool name
+    (`facts.tool_names`), for a result that does not carry its tool's name. `redact` is applied to the message's text (and arguments)."""
     def shown(text: str) -> str:
         return defang(redact(text) if redact is not None else text)
 
     if isinstance(message, ToolMessage):
         text = content_text(message.content)
-        tool = message.name or (tool_names or {}).get(message.tool_call_id) or "tool"
+        tool = tool_of(message, names or {})
         header = f"Tool result ({tool})" + (" [error]" if message.status == "error" else "")
         if len(text) <= tool_result_chars:
             return f"{header}: {fence(shown(text), tool)}"
@@ -85,9 +86,8 @@ def render_message(message: BaseMessage, tool_result_chars: int, *, tool_names: 
 def render_transcript(messages: Sequence[BaseMessage], tool_result_chars: int, *,
                       redact: Redact | None = None) -> list[str]:
     """The messages as readable text entries, one per message, oldest first (see `render_message`)."""
-    names = {c.get("id") or "": c.get("name") or "tool" for m in messages if isinstance(m, AIMessage)
-             for c in m.tool_calls}
-    return [render_message(m, tool_result_chars, tool_names=names, redact=redact) for m in messages]
+    names = tool_names(messages)
+    return [render_message(m, tool_result_chars, names=names, redact=redact) for m in messages]
 
 
 def render_input(previous_summary: str | None, entries: Sequence[str]) -> str:
