@@ -45,7 +45,9 @@ from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_cou
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
-"nothing_removable" (triggered, nothing could be done, still within budget), "pinned_over_budget"."""
+"nothing_removable" (triggered, nothing could be done, still within budget), "strategy_failed" (triggered, nothing
+was changed, and a strategy could not do its work: the summarizer's model failed, timed out or is cooling down
+after a failure; `details["failures"]` names the strategy and the error), "pinned_over_budget"."""
 
 
 @dataclass
@@ -268,7 +270,7 @@ class _Compaction:
         if self.budget is not None and st.total() > self.budget:
             reason = "pinned_over_budget"
         elif not st.actions:
-            reason = "nothing_removable"
+            reason = "strategy_failed" if st.details.get("failures") else "nothing_removable"
         elif (self.goal_tokens is not None and st.total() > self.goal_tokens) or (
                 self.goal_messages is not None and len(st.slots) > self.goal_messages):
             reason = "under_budget"

@@ -113,6 +113,9 @@ class LadderState:
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
+        self.memo: dict[Any, Any] = {}
+        """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
+        its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
@@ -181,6 +184,12 @@ class LadderState:
         return None
 
     # -------------------------------------------------------------- changing
+    def record_failure(self, strategy: str, error: str) -> None:
+        """Say that `strategy` could not do its work (its model failed, timed out, or is not called during a
+        cooldown after a failure): `details["failures"][strategy] = error` (the error's text). When no strategy
+        changed the history, the result's `stop_reason` is then "strategy_failed" instead of "nothing_removable"."""
+        self.details.setdefault("failures", {})[strategy] = error
+
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
                 tokens: int | None = None) -> int:
         """Put `message` in place of message `i` (same position); record it; return the tokens saved.

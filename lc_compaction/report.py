@@ -24,7 +24,7 @@ from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
-from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, message_text
+from lc_compaction.strategies.facts import FactGuard, contains, is_facts_line, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
@@ -367,7 +367,7 @@ def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard
     if not result.summary:
         raise ValueError("result: this compaction wrote no summary (result.summary is empty)")
     guard = fact_guard or FactGuard()
-    written = "\n".join(line for line in result.summary.splitlines() if not line.startswith(FACTS_PREFIX))
+    written = "\n".join(line for line in result.summary.splitlines() if not is_facts_line(line))
     rows = [{"identifier": i.value, "kind": i.kind, "in_model_summary": contains(written, i),
              "in_summary": contains(result.summary, i)} for i in guard.extract_messages(result.removed)]
     frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(SUMMARY_IDENTIFIER_COLUMNS)).astype(

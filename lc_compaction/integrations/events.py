@@ -15,7 +15,10 @@ model call, with the `CompactionResult` of that call and its event data (the `Co
   INFO  "Context optimized: 12,345 -> 6,789 tokens (truncate_tool_results, drop_old_exchanges), 14 messages
   affected" when the history was changed; INFO "Context compaction skipped (nothing_removable): ..." when the
   trigger fired but nothing could be removed; WARNING when the result is still over the budget (the pinned part
-  alone is over the window: the model call will likely fail); DEBUG for a call under the trigger.
+  alone is over the window: the model call will likely fail), and WARNING when a strategy failed (the summarizer's
+  model failed, timed out or is cooling down after a failure): the line then ends with
+  "; summarize failed: <the error's text>" (from `details["failures"]`, also in the event's data, whose `reason`
+  is then "strategy_failed" when nothing else changed the history); DEBUG for a call under the trigger.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ def outcome_payload(result: CompactionResult, *, mode: str) -> dict[str, Any]:
     Keys: everything `CompactionResult.to_dict()` gives (`tokens_before`, `tokens_after` (tokens),
     `messages_before`, `messages_after` (messages), `strategies_applied`, `actions`, `stop_reason`, `fits`, ...)
     plus `outcome` ("compacted" when the history was changed, else "skipped"), `reason` (= `stop_reason`:
-    "under_trigger", "under_target", "under_budget", "nothing_removable", "pinned_over_budget"),
+    "under_trigger", "under_target", "under_budget", "nothing_removable", "strategy_failed", "pinned_over_budget"),
     `messages_affected` (messages, see `messages_affected`) and `mode` ("rewrite" or "view").
     Values the result holds that JSON cannot encode are written as their `str()`.
     """
@@ -86,7 +89,7 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
 
 def _level(result: CompactionResult) -> int:
     """The logging level of `result`'s log line (see `log_line`)."""
-    if not result.fits:
+    if not result.fits or _failures(result):
         return logging.WARNING
     if result.compacted or result.stop_reason != "under_trigger":
         return logging.INFO
@@ -98,6 +101,11 @@ def _log(result: CompactionResult) -> None:
     level = _level(result)
     if logger.isEnabledFor(level):
         logger.log(*log_line(result))
+
+
+def _failures(result: CompactionResult) -> dict[str, str]:
+    failures = result.details.get("failures") if result.details else None
+    return failures if isinstance(failures, dict) else {}
 
 
 def log_line(result: CompactionResult) -> tuple[int, str]:
@@ -114,6 +122,8 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
                 f"{result.messages_before} messages")
         if not result.fits:
             text += f"; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
+    for strategy, error in _failures(result).items():
+        text += f"; {strategy} failed: {error}"
     return _level(result), text
 
 
