@@ -161,7 +161,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
     exchange = typical_exchange(session)
     situations = {size: _situation(session, points, exchange, size, model_name) for size in sizes}
     results: dict[str, Any] = {
-        "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup, "budget_s": budget_s,
+        "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup,
+                 "budget_s": budget_s,
                  "traces": str(traces), "conversations": len(records), "model_name": model_name,
                  "exchange": {"messages": len(exchange), "tool_calls": len(exchange[0].tool_calls),  # type: ignore[attr-defined]
                               "tokens": exact_counter.count_messages(exchange) - exact_counter.reply_overhead,
@@ -173,7 +174,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
         results["histories"].append({
             "size": size, "messages": sit.messages,
             "tool_messages": sum(m.type == "tool" for m in h), "user_messages": sum(m.type == "human" for m in h),
-            "tokens_exact": exact_counter.count_messages(h), "tokens_count_tokens_approximately": count_tokens_approximately(h),
+            "tokens_exact": exact_counter.count_messages(h),
+            "tokens_count_tokens_approximately": count_tokens_approximately(h),
         })
     plan = [(size, "steady", None) for size in sizes] + [(size, "firing", f) for size in sizes for f in FILLS]
     bar = tqdm(plan, desc="benchmark", unit="group", disable=not progress, file=sys.stderr)
@@ -195,7 +197,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
                                     **profile_calls(node.setup, node.run, calls=10)})
         psize = min(sizes, key=lambda s: abs(s - PROFILE_SIZE))
         fire = firing_cells(situations[psize], FILLS[0])[0]
-        results["profiles"].append({"title": f"{fire.name}, firing at fill {FILLS[0]}, {situations[psize].messages:,} messages",
+        title = f"{fire.name}, firing at fill {FILLS[0]}, {situations[psize].messages:,} messages"
+        results["profiles"].append({"title": title,
                                     **profile_calls(fire.setup, fire.run, calls=3)})
     rows, facts = accuracy(records, model_name)
     results["accuracy"] = {"facts": facts, "rows": [

@@ -5,10 +5,12 @@ truncate old tool results, drop the oldest exchanges, summarize the older part. 
 tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
 """
 
+from typing import Any
+
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
-from lc_compaction.markers import is_summary, is_truncated, pin_message
+from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize
 from lc_compaction.strategies import DropOldExchanges, FactGuard, SummarizationError, Summarize, TruncateToolResults
 from lc_compaction.structure import (
@@ -47,7 +49,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes (PEP 562)
+def __getattr__(name: str) -> Any:  # module-level lazy attributes (PEP 562)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'lc_compaction' has no attribute {name!r}")
@@ -83,6 +85,7 @@ __all__ = [
     "CompactionResult",
     "CountTally",
     "ContextSize",
+    "DROPPED_TEXT",
     "DropOldExchanges",
     "InvalidHistoryError",
     "LadderState",
@@ -96,6 +99,7 @@ __all__ = [
     "acompact",
     "check_invariants",
     "compact",
+    "is_dropped_marker",
     "is_summary",
     "is_truncated",
     "pin_message",

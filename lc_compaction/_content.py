@@ -140,10 +140,12 @@ def media_reference(block: Any) -> str | None:
     """
     if not isinstance(block, dict):
         return None
-    file = block.get("file") if isinstance(block.get("file"), dict) else {}
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    def field(key: str) -> dict[str, Any]:
+        value = block.get(key)
+        return value if isinstance(value, dict) else {}
+
+    file, source, audio = field("file"), field("source"), field("input_audio")
     image_url = block.get("image_url")
-    audio = block.get("input_audio") if isinstance(block.get("input_audio"), dict) else {}
     parts: list[str] = []
     for name in (block.get("filename"), file.get("filename"), block.get("title")):
         if isinstance(name, str) and name.strip():
@@ -196,12 +198,12 @@ def block_text(block: Any) -> str | None:
     if isinstance(block, str):
         return block
     btype = block_type(block)
-    if btype in TEXT_BLOCKS and isinstance(block.get("text"), str):
-        return block["text"]
+    text = block.get("text") if btype in TEXT_BLOCKS else None
+    if isinstance(text, str):
+        return text
     source = block.get("source") if btype == "document" else None
-    if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
-        return source["data"]
-    return None
+    data = source.get("data") if isinstance(source, dict) and source.get("type") == "text" else None
+    return data if isinstance(data, str) else None
 
 
 def with_block_text(block: Any, text: str) -> Any:

@@ -16,8 +16,8 @@ The ladder, in order:
    "relaxed").
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
-   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit, `fits` is False and
-   `stop_reason` is "pinned_over_budget".
+   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit,
+   `fits` is False and `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
 """
 
@@ -41,11 +41,13 @@ from lc_compaction.structure import (
     repair_history,
 )
 from lc_compaction.shorten import last_resort
-from lc_compaction.tally import _PREFIXES, CountTally, count_with_tally, tally_prefix
+from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, tally_prefix
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
-"nothing_removable" (triggered, nothing could be done, still within budget), "pinned_over_budget"."""
+"nothing_removable" (triggered, nothing could be done, still within budget), "strategy_failed" (triggered, nothing
+was changed, and a strategy could not do its work: the summarizer's model failed, timed out or is cooling down
+after a failure; `details["failures"]` names the strategy and the error), "pinned_over_budget"."""
 
 
 @dataclass
@@ -117,21 +119,28 @@ class CompactionResult:
         }
 
 
-def _as_messages(messages: Sequence[Any], start: int = 0) -> list[BaseMessage]:
-    """The input as a list of messages (the list itself when it is one); only `messages[start:]` is checked
-    when the caller knows the prefix was checked before (O(k) per call)."""
+def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "messages") -> list[BaseMessage]:
+    """The input as a list of messages: the list itself when it is one, else `convert_to_messages(messages)`.
+
+    Only `messages[start:]` is checked when the caller knows the prefix was checked before (O(k) per call for k
+    new messages). `name` is what errors call the input (a front door passes its state key).
+
+    Raises:
+        ValueError: `messages` is a string, a single message or not a sequence; or an item cannot be converted.
+    """
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
-        raise ValueError(f"messages: expected a list of messages, got {type(messages).__name__}")
+        raise ValueError(f"{name}: expected a list of messages, got {type(messages).__name__}")
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[start:]):
         return messages
     try:
         return list(convert_to_messages(messages))
     except Exception as exc:  # convert_to_messages raises a bare ValueError/NotImplementedError
-        raise ValueError(f"messages: could not convert the input to LangChain messages: {exc}") from exc
+        raise ValueError(f"{name}: could not convert the input to LangChain messages: {exc}") from exc
 
 
-class _Run:
-    """One compaction call's state shared by the sync and async drivers."""
+class _Compaction:
+    """One compaction (one call of `compact` or `acompact`): its state and steps, shared by the sync and async
+    drivers."""
 
     def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
                  repair: bool | None, tally: CountTally | None = None):
@@ -142,13 +151,14 @@ class _Run:
             raise ValueError(f"extra_tokens: must be >= 0 tokens, got {extra_tokens}")
         self.policy = policy
         self.counter = policy.counter
-        known = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
-        self.original = _as_messages(messages, known)
+        tallied = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
+        self.original = as_messages(messages, tallied)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
-        self.known = known if self.original is messages else 0
+        self.tallied = tallied if self.original is messages else 0
+        """How many leading messages `tally` already counted (0: every message is counted)."""
         self.tally = tally
-        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.known)
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repairs_by_default(False) if repair is None else repair
@@ -158,10 +168,10 @@ class _Run:
         self.state: LadderState | None = None
 
     def unchanged(self, reason: str) -> CompactionResult:
-        new = self.original[self.known:]
+        new = self.original[self.tallied:]
         counts = [self.counts[id(m)] for m in new] if all(id(m) in self.counts for m in new) else None
         tally = CountTally.of(self.original, self.message_tokens, self.counter, counts,
-                              grown_from=self.tally if self.known else None)
+                              grown_from=self.tally if self.tallied else None)
         return CompactionResult(
             tally=tally, messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
@@ -171,10 +181,10 @@ class _Run:
     def _prefix_counts(self) -> Sequence[int] | None:
         """Per-message counts (tokens) of the prefix the tally covered (remembered by the previous call), if
         known."""
-        if not self.known or self.tally is None:
+        if not self.tallied or self.tally is None:
             return None
-        counts = _PREFIXES.counts(self.tally, self.counter)
-        return counts if counts is not None and len(counts) == self.known else None
+        counts = prefix_counts(self.tally, self.counter)
+        return counts if counts is not None and len(counts) == self.tallied else None
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -196,10 +206,10 @@ class _Run:
         prefix = self._prefix_counts()
         if prefix is not None:  # the previous call's counts of the very same objects: no lookups
             counts.update(zip(map(id, self.original), prefix))
-        known, count = counts.get, self.counter.count_message
+        counted, count = counts.get, self.counter.count_message
         slots = []
         for m in msgs:
-            c = known(id(m))
+            c = counted(id(m))
             slots.append(Slot(m, count(m) if c is None else c))
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
@@ -260,25 +270,25 @@ class _Run:
         if self.budget is not None and st.total() > self.budget:
             reason = "pinned_over_budget"
         elif not st.actions:
-            reason = "nothing_removable"
+            reason = "strategy_failed" if st.details.get("failures") else "nothing_removable"
         elif (self.goal_tokens is not None and st.total() > self.goal_tokens) or (
                 self.goal_messages is not None and len(st.slots) > self.goal_messages):
             reason = "under_budget"
         else:
             reason = "under_target"
         orig_by_id = {m.id: m for m in self.original if m.id}
-        removed = [orig_by_id.get(m.id, m) for m in st.removed]
+        removed = [orig_by_id.get(m.id, m) if m.id else m for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
         tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])
-        if self.tally is not None and self.known and self.tally != tally:  # superseded: one entry per history
-            _PREFIXES.forget(self.tally, self.counter)
+        if self.tally is not None and self.tallied and self.tally != tally:  # superseded: one entry per history
+            forget(self.tally, self.counter)
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,
             tokens_before=self.tokens_before, tokens_after=st.total(),
             messages_before=len(self.original), messages_after=len(messages), triggered=True,
-            stop_reason=reason, fits=not reason == "pinned_over_budget",
+            stop_reason=reason, fits=reason != "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
             details=st.details, elapsed_ms=self._ms(), tally=tally)
@@ -308,26 +318,30 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         ValueError: invalid arguments (naming the argument).
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
-    run = _Run(messages, policy, extra_tokens, repair, tally)
-    if not run.triggered:
-        return run.unchanged("under_trigger")
-    run.prepare()
-    for strategy in run.ladder():
-        strategy.apply(run.state)  # type: ignore[arg-type]
-    if run.over_budget():
-        run.last_resort()
-    return run.finish()
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally)
+    if not compaction.triggered:
+        return compaction.unchanged("under_trigger")
+    compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
+    for strategy in compaction.ladder():
+        strategy.apply(state)
+    if compaction.over_budget():
+        compaction.last_resort()
+    return compaction.finish()
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
                    repair: bool | None = None, tally: CountTally | None = None) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    run = _Run(messages, policy, extra_tokens, repair, tally)
-    if not run.triggered:
-        return run.unchanged("under_trigger")
-    run.prepare()
-    for strategy in run.ladder():
-        await strategy.aapply(run.state)  # type: ignore[arg-type]
-    if run.over_budget():
-        run.last_resort()
-    return run.finish()
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally)
+    if not compaction.triggered:
+        return compaction.unchanged("under_trigger")
+    compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
+    for strategy in compaction.ladder():
+        await strategy.aapply(state)
+    if compaction.over_budget():
+        compaction.last_resort()
+    return compaction.finish()

@@ -8,8 +8,9 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
@@ -66,6 +67,20 @@ class Strategy(Protocol):
         ...
 
 
+class SyncStrategy(ABC):
+    """Base of a strategy with no I/O (nothing to await): subclasses write `apply`; `aapply` runs it."""
+
+    name: str
+
+    @abstractmethod
+    def apply(self, state: LadderState) -> None:
+        """Change `state` (through its methods) while `state.over_goal()`; may change nothing."""
+
+    async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (no I/O: the same work)."""
+        self.apply(state)
+
+
 @dataclass(slots=True)
 class Slot:
     """One message of the history being compacted, with its token count and protection flags."""
@@ -98,6 +113,9 @@ class LadderState:
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
+        self.memo: dict[Any, Any] = {}
+        """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
+        its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
@@ -169,6 +187,12 @@ class LadderState:
         return None
 
     # -------------------------------------------------------------- changing
+    def record_failure(self, strategy: str, error: str) -> None:
+        """Say that `strategy` could not do its work (its model failed, timed out, or is not called during a
+        cooldown after a failure): `details["failures"][strategy] = error` (the error's text). When no strategy
+        changed the history, the result's `stop_reason` is then "strategy_failed" instead of "nothing_removable"."""
+        self.details.setdefault("failures", {})[strategy] = error
+
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
                 tokens: int | None = None) -> int:
         """Put `message` in place of message `i` (same position); record it; return the tokens saved.
@@ -186,8 +210,11 @@ class LadderState:
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         return saved
 
-    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "") -> int:
-        """Remove the messages at `indices` (whole steps); record it; return the tokens saved.
+    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
+               notes: Mapping[int, BaseMessage] | None = None) -> int:
+        """Remove the messages at `indices` (whole steps); record it; return the tokens saved (net of the notes).
+
+        `notes`: for some removed indices i, a new message (a drop marker) put where message i was; counted.
 
         Raises:
             CompactionInvariantError: an index is protected (a strategy bug).
@@ -196,10 +223,14 @@ class LadderState:
         for i in drop:
             if self.slots[i].pinned:
                 raise CompactionInvariantError(f"{strategy} tried to remove pinned message {i}")
-        saved = sum(self.slots[i].tokens for i in drop)
+        notes = notes or {}
+        if not set(notes) <= drop:
+            raise CompactionInvariantError(f"{strategy} put a note where it removed nothing")
+        added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
+        saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         self.removed.extend(self.slots[i].message for i in sorted(drop))
-        self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self.slots = [added[i] if i in added else s for i, s in enumerate(self.slots) if i not in drop or i in added]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from lc_compaction.ladder import Strategy
 
 ContextSize = tuple[str, Union[int, float]]
-"""`("messages", N)`, `("tokens", N)`, `("fraction", f)` (of `max_input_tokens`), or, for `keep` only, `("turns", N)`."""
+"""`("messages", N)`, `("tokens", N)`, `("fraction", f)` (of `max_input_tokens`), or, for `keep` only,
+`("turns", N)`."""
 
 TriggerSpec = Union[ContextSize, dict, Sequence[Union[ContextSize, dict]]]
 """One `ContextSize`, one `TriggerClause` dict (all of its thresholds must be met), or a list of them (any)."""
@@ -124,13 +125,13 @@ class CompactionPolicy:
             raise ValueError(f"reserve: {self.reserve} tokens leaves no room in a window of {w} tokens")
         self.trigger_clauses = self._parse_trigger(self.trigger)
         if isinstance(self.keep, list):
-            self.keep = tuple(self.keep)  # type: ignore[assignment]
+            self.keep = tuple(self.keep)
         kind, value = _parse_size("keep", self.keep, _KEEP_KINDS)
         if kind == "fraction" and w is None:
             raise ValueError("keep: ('fraction', f) needs max_input_tokens")
         if self.target is not None:
             if isinstance(self.target, list):
-                self.target = tuple(self.target)  # type: ignore[assignment]
+                self.target = tuple(self.target)
             tkind, tvalue = _parse_size("target", self.target, _TRIGGER_KINDS)
             if tkind == "fraction" and w is None:
                 raise ValueError("target: ('fraction', f) needs max_input_tokens")
@@ -185,7 +186,7 @@ class CompactionPolicy:
             if "tokens" in c:
                 out.append(c["tokens"])
             if "fraction" in c:
-                out.append(c["fraction"] * self.max_input_tokens)  # type: ignore[operator]
+                out.append(c["fraction"] * self._window())
         return out
 
     def _message_thresholds(self) -> list[float]:
@@ -197,7 +198,7 @@ class CompactionPolicy:
             if lows and value >= min(lows):
                 raise ValueError(f"target: {int(value)} messages is not below the trigger ({int(min(lows))} messages)")
             return
-        tokens = value * self.max_input_tokens if kind == "fraction" else value  # type: ignore[operator]
+        tokens = value * self._window() if kind == "fraction" else value
         lows = self.trigger_tokens()
         if lows and tokens >= min(lows):
             raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
@@ -215,12 +216,17 @@ class CompactionPolicy:
             if "messages" in c:
                 ok &= n_messages > c["messages"]
             if "fraction" in c:
-                ok &= tokens > c["fraction"] * self.max_input_tokens  # type: ignore[operator]
+                ok &= tokens > c["fraction"] * self._window()
             if ok:
                 return True
         return False
 
     # ------------------------------------------------------------------ budget and target
+    def _window(self) -> int:
+        """`max_input_tokens`, for a `("fraction", f)` size: `__post_init__` rejects a fraction without it."""
+        assert self.max_input_tokens is not None, "a fraction needs max_input_tokens (checked in __post_init__)"
+        return self.max_input_tokens
+
     def budget_tokens(self) -> int | None:
         """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`; None without
         a window (a trigger says when to compact, not what must fit: then only the soft pass runs)."""
@@ -235,13 +241,14 @@ class CompactionPolicy:
             if kind == "messages":
                 return None, int(value)
             if kind == "fraction":
-                return int(value * self.max_input_tokens), None  # type: ignore[operator]
+                return int(value * self._window()), None
             return int(value), None
         tok_lows = self.trigger_tokens()
         candidates = [low * DEFAULT_TARGET_OF_TRIGGER for low in tok_lows]
-        if self.max_input_tokens is not None:
-            candidates.append(DEFAULT_TARGET_FRACTION * self.max_input_tokens)
-            candidates.append(self.budget_tokens() * DEFAULT_TARGET_OF_TRIGGER)  # type: ignore[operator]
+        window, budget = self.max_input_tokens, self.budget_tokens()
+        if window is not None and budget is not None:  # a budget exactly when there is a window
+            candidates.append(DEFAULT_TARGET_FRACTION * window)
+            candidates.append(budget * DEFAULT_TARGET_OF_TRIGGER)
         tokens = int(min(candidates)) if candidates else None
         msg_lows = self._message_thresholds()
         messages = int(min(msg_lows) * DEFAULT_TARGET_OF_TRIGGER) if msg_lows else None
@@ -264,7 +271,7 @@ class CompactionPolicy:
                     if seen == value:
                         return i
             return 0
-        limit = value if kind == "tokens" else value * self.max_input_tokens  # type: ignore[operator]
+        limit = value if kind == "tokens" else value * self._window()
         acc = 0
         i = n
         while i > 0 and acc + counts[i - 1] <= limit:

@@ -1,28 +1,30 @@
 """Reports and plots of compactions and replays (notebooks, `lc-compaction replay --plot`).
 
-- one compaction: `compaction_table` (what happened to each message, with its tokens) and `identifiers_table`
-  (which identifiers of the removed or rewritten messages are still in the context);
+- one compaction: `compaction_table` (what happened to each message, with its tokens), `identifiers_table`
+  (which identifiers of the removed or rewritten messages are still in the context) and
+  `summary_identifiers_table` (which of them the summarizer wrote itself, and which the fact guard added);
 - replays: `calls_dataframe` (one row per model call), `summary_dataframe` (one row per replay), `plot_context`
   (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
   policies over one conversation, both views on one figure).
 
-pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`),
-so the compaction core never needs them.
+pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`, or
+`pip install -e '.[plot]'` in a clone of the repository), so the compaction core never needs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
-from lc_compaction.markers import is_shortened, is_summary, is_truncated
+from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
+from lc_compaction.strategies.facts import FactGuard, contains, is_facts_line, message_text
 from lc_compaction.structure import tool_calls_of, tool_pairs
-from lc_compaction.strategies.facts import FactGuard, contains, message_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
@@ -31,8 +33,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["CALL_COLUMNS", "COMPACTION_COLUMNS", "IDENTIFIER_COLUMNS", "OUTCOMES", "SUMMARY_COLUMNS",
-           "calls_dataframe", "compaction_table", "identifiers_table", "plot_comparison", "plot_context",
-           "plot_cumulative", "summary_dataframe"]
+           "SUMMARY_IDENTIFIER_COLUMNS", "calls_dataframe", "compaction_table", "identifiers_table",
+           "plot_comparison", "plot_context", "plot_cumulative", "summary_dataframe", "summary_identifiers_table"]
 
 CALL_COLUMNS = ("conversation", "call", "message_index", "tokens_uncompacted", "tokens_before", "tokens_sent",
                 "messages_uncompacted", "messages_before", "messages_sent", "compaction_ms", "compacted",
@@ -53,13 +55,15 @@ def _conversations(replay: Replays) -> list[tuple[str, ConversationReplay]]:
     return [(c.id, c) for c in replay]
 
 
-def _require(module: str):  # noqa: ANN202 - returns the module
+def _require(module: str) -> ModuleType:
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} is needed for replay reports and plots: pip install 'lc-compaction[plot]'") from exc
+        from lc_compaction._extras import missing_extra
+
+        raise missing_extra("replay reports and plots", "plot", exc, module=module) from exc
 
 
 def calls_dataframe(replay: Replays) -> pandas.DataFrame:
@@ -83,7 +87,8 @@ def calls_dataframe(replay: Replays) -> pandas.DataFrame:
                          "compaction_ms": c.compaction_ms, "compacted": c.compacted, "triggered": c.triggered,
                          "stop_reason": c.stop_reason, "fits": c.fits, "strategies": ",".join(c.strategies),
                          "violations": len(c.violations), "first_request_present": c.first_request_present})
-    return pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+    return frame
 
 
 MAX_LABELLED = 8
@@ -157,6 +162,7 @@ OUTCOMES: dict[str, str] = {
     "summarized": "replaced by the summary (known only from a CompactionResult's actions)",
     "removed": "not in the result",
     "summary": "a summary message of the result that was not in the input",
+    "marker": "the one-line marker left where exchanges were dropped, not in the input (markers.DROPPED_TEXT)",
     "added": "another message of the result that was not in the input (a repair)",
 }
 """What `compaction_table`'s "outcome" column can say, and what each value means."""
@@ -200,7 +206,7 @@ def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
         for t, (a, tcid) in tool_pairs(messages).items():
             name = next((tc.get("name") for tc in tool_calls_of(messages[a]) if tc.get("id") == tcid), None)
             if messages[t].id and name:
-                out.setdefault(messages[t].id, name)  # type: ignore[arg-type]
+                out.setdefault(str(messages[t].id), name)
     return out
 
 
@@ -276,10 +282,11 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
                 continue
             rows.append({"index": None, "index_after": j, "role": m.type, "tool": _tool(m, names),
                          "tokens_before": 0, "tokens_after": tc.count_message(m),
-                         "outcome": "summary" if is_summary(m) else "added", "text": _preview(m, text_chars)})
+                         "outcome": "summary" if is_summary(m) else "marker" if is_dropped_marker(m) else "added",
+                         "text": _preview(m, text_chars)})
 
     for i, m in enumerate(old):
-        j = new_pos.get(m.id)  # type: ignore[arg-type]
+        j = new_pos.get(m.id) if m.id is not None else None
         row = {"index": i, "index_after": j, "role": m.type, "tool": _tool(m, names),
                "tokens_before": tc.count_message(m), "text": _preview(m, text_chars)}
         if j is None:
@@ -291,8 +298,9 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
             row.update(tokens_after=tc.count_message(new[j]), outcome=_outcome(m, new[j]))
         rows.append(row)
     place_new_until(len(new))
-    df = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS))
-    return df.astype({"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype(
+        {"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    return frame
 
 
 def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
@@ -326,7 +334,7 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, m in enumerate(old):
-        kept_as_is = unchanged.get(m.id)  # type: ignore[arg-type]
+        kept_as_is = unchanged.get(m.id) if m.id is not None else None
         if kept_as_is is not None and (kept_as_is is m or kept_as_is == m):
             continue
         for ident in guard.extract_messages([m]):
@@ -335,7 +343,42 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
                 continue
             seen.add(key)
             rows.append({"identifier": ident.value, "kind": ident.kind, "index": i, "kept": contains(text, ident)})
-    return pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype({"index": "int64", "kept": "bool"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype(
+        {"index": "int64", "kept": "bool"})
+    return frame
+
+
+SUMMARY_IDENTIFIER_COLUMNS = ("identifier", "kind", "in_model_summary", "in_summary")
+"""Columns of `summary_identifiers_table`."""
+
+
+def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard | None = None) -> pandas.DataFrame:
+    """What the summarizer kept on its own, and what the summary holds with the fact guard's line.
+
+    Args:
+        result: a `CompactionResult` whose call wrote a summary (`result.summary`).
+        fact_guard: the `FactGuard` whose patterns find the identifiers (default `FactGuard()`, the summarizer's).
+
+    Returns:
+        A DataFrame with the `SUMMARY_IDENTIFIER_COLUMNS`, one row per distinct identifier of `result.removed`
+        (the messages this call removed or summarized; an earlier summary's facts line included), oldest first,
+        as the guard extracts them: "in_model_summary" is True when the summary's text without the facts line
+        (what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
+
+    Raises:
+        ValueError: `result` has no summary.
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    if not result.summary:
+        raise ValueError("result: this compaction wrote no summary (result.summary is empty)")
+    guard = fact_guard or FactGuard()
+    written = "\n".join(line for line in result.summary.splitlines() if not is_facts_line(line))
+    rows = [{"identifier": i.value, "kind": i.kind, "in_model_summary": contains(written, i),
+             "in_summary": contains(result.summary, i)} for i in guard.extract_messages(result.removed)]
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(SUMMARY_IDENTIFIER_COLUMNS)).astype(
+        {"in_model_summary": "bool", "in_summary": "bool"})
+    return frame
 
 
 # ------------------------------------------------------------------------------------------- replays compared
@@ -363,8 +406,9 @@ def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     pd = _require("pandas")
     convs = _conversations(replays)
     rows = [{k: conv.summary()[k] for k in SUMMARY_COLUMNS} for _, conv in convs]
-    return pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
-                        columns=list(SUMMARY_COLUMNS))
+    frame: pandas.DataFrame = pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
+                                           columns=list(SUMMARY_COLUMNS))
+    return frame
 
 
 def _cumulative(values: Iterable[int]) -> list[int]:
@@ -461,6 +505,7 @@ def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | Non
             raise ValueError(f"replays: {name!r} is not the conversation of {first_name!r} counted the same way: "
                              f"their uncompacted input tokens differ at model call {at}")
     plt = _require("matplotlib.pyplot")
+    fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
     _draw(left, convs, cumulative=False)
     if window is not None:

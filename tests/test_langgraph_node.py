@@ -5,9 +5,9 @@
   model is a scripted fake chat model, the tools return the recorded results), in rewrite and in view mode.
   After every model call: the input fits the window, passes the oracle's structural checks, keeps the first and
   the latest request. After every turn: the stored history matches the mode.
-- Rewrite mode writes truncations in place (same ids, no RemoveMessage) and anything else as REMOVE_ALL_MESSAGES
-  plus the compacted list; ids are given before removal; the window comes from the model's profile; custom state
-  keys; clear errors.
+- Rewrite mode writes truncations in place (same ids, no RemoveMessage) and removals by id (never
+  REMOVE_ALL_MESSAGES; tests/test_same_step_writes.py has the rest); ids are given before removal; the window comes
+  from the model's profile; custom state keys; clear errors.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from typing_extensions import TypedDict
 
-from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays, plain_chat
+from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays
+from tests.builders import compact_then_model, plain_chat, tool_loop
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TruncateToolResults
 from lc_compaction.integrations import CompactionNode, CompactionState, compaction_hook
 
@@ -115,31 +116,12 @@ def test_replayed_conversation_in_both_modes(door: str, conv_id: str) -> None:
 # --------------------------------------------------------------------------------------- how rewrite writes
 
 
-def _tool_history(n: int, size: int) -> list:
-    out: list = [HumanMessage("look things up", id="h0")]
-    for i in range(n):
-        out.append(AIMessage("", id=f"a{i}", tool_calls=[{"name": "lookup", "args": {"q": i}, "id": f"c{i}"}]))
-        out.append(ToolMessage(f"result {i}: " + "lorem ipsum dolor sit amet " * size, tool_call_id=f"c{i}",
-                               name="lookup", id=f"t{i}"))
-    out.append(AIMessage("done", id="final"))
-    out.append(HumanMessage("thanks, one more question", id="h1"))
-    return out
-
-
-
-
 def _model_free_graph(node: CompactionNode) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", lambda state: {"messages": [AIMessage("ok", id=f"reply{len(state['messages'])}")]})
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    return builder.compile(checkpointer=InMemorySaver())
+    return compact_then_model(node, lambda state: {"messages": [AIMessage("ok", id=f"reply{len(state['messages'])}")]})
 
 
 def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
-    history = _tool_history(4, 60)
+    history = tool_loop(4, 60)
     node = CompactionNode(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "t"}}
@@ -156,27 +138,30 @@ def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
     assert len(stored[first_changed].content) < len(history[first_changed].content)
 
 
-def test_removal_replaces_the_whole_stored_history() -> None:
+def test_removal_is_written_by_id_never_as_remove_all() -> None:
     history = plain_chat(8, 40)
     node = CompactionNode(max_input_tokens=1_000)
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "r"}}
     updates = [u for u in graph.stream({"messages": history}, config, stream_mode="updates") if "compact" in u]
     written = updates[0]["compact"]["messages"]
-    assert isinstance(written[0], RemoveMessage) and written[0].id == REMOVE_ALL_MESSAGES
-    assert not any(isinstance(m, RemoveMessage) for m in written[1:])
-    kept_ids = [m.id for m in written[1:]]
-    assert len(kept_ids) < len(history) and kept_ids[0] == "h0" and kept_ids[-1] == "last"
+    removals = [m.id for m in written if isinstance(m, RemoveMessage)]
+    assert removals and REMOVE_ALL_MESSAGES not in removals
     stored = graph.get_state(config).values["messages"]
-    assert [m.id for m in stored] == kept_ids + [f"reply{len(kept_ids)}"]
+    kept_ids = [m.id for m in stored[:-1]]
+    assert stored[-1].id == f"reply{len(kept_ids)}"
+    assert kept_ids[0] == "h0" and kept_ids[-1] == "last" and len(kept_ids) < len(history)
+    # exactly the messages that are no longer stored were removed, each once; the others are the input's, in order
+    assert sorted(removals) == sorted({m.id for m in history} - set(kept_ids))
+    assert [i for i in kept_ids if i in {m.id for m in history}] == [m.id for m in history if m.id in kept_ids]
 
 
 def test_messages_without_ids_get_ids_before_any_removal() -> None:
     history = [m.model_copy(update={"id": None}) for m in plain_chat(8, 40)]
     update = CompactionNode(max_input_tokens=1_000).invoke({"messages": history})  # no parent run: no event
-    assert isinstance(update["messages"][0], RemoveMessage)
-    written = update["messages"][1:]
-    assert all(m.id for m in written) and len({m.id for m in written}) == len(written)
+    written = update["messages"]
+    assert written and all(m.id for m in written) and len({m.id for m in written}) == len(written)
+    assert {m.id for m in written} <= {m.id for m in history}  # the ids given in place, before the removal
 
 
 def test_view_mode_leaves_the_state_alone_and_fills_llm_input_messages() -> None:
@@ -221,7 +206,7 @@ def test_tools_and_system_prompt_are_counted() -> None:
     dressed = CompactionNode(max_input_tokens=1_000, tools=[search_flights], system_prompt="You are an airline agent.")
     assert bare.extra_tokens == 0
     assert dressed.extra_tokens > 0
-    history = _tool_history(2, 30)
+    history = tool_loop(2, 30)
     before = bare.invoke({"messages": history})["compaction"]["last"]["tokens_before"]
     after = dressed.invoke({"messages": history})["compaction"]["last"]["tokens_before"]
     assert after == before + dressed.extra_tokens
@@ -241,13 +226,7 @@ def test_custom_state_keys() -> None:
 
     node = CompactionNode(max_input_tokens=1_000, mode="view", messages_key="history", output_key="model_view",
                           memory_key="memo")
-    builder = StateGraph(State)
-    builder.add_node("compact", node, input_schema=State)
-    builder.add_node("model", model)
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = compact_then_model(node, model, State, input_schema=State)
     config = {"configurable": {"thread_id": "k"}}
     history = plain_chat(8, 40)
     graph.invoke({"history": history}, config)
@@ -290,8 +269,6 @@ def test_a_message_edited_by_id_is_recounted(mode: str) -> None:
     """`update_state` replacing a message by id with a much larger one: the next model call is compacted to fit,
     never sent at the stale size (the counting tally covers only the very same message objects)."""
     from langchain_core.messages import AIMessage as AI, HumanMessage as Human
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import END, START, StateGraph
 
     from lc_compaction import TiktokenCounter
     from lc_compaction.integrations import CompactionNode, CompactionState
@@ -302,13 +279,7 @@ def test_a_message_edited_by_id_is_recounted(mode: str) -> None:
         sent.append(state["llm_input_messages"] if mode == "view" else state["messages"])
         return {"messages": [AI("ok", id=f"ai{len(sent)}")]}
 
-    b = StateGraph(CompactionState)
-    b.add_node("compact", CompactionNode(max_input_tokens=4000, mode=mode))
-    b.add_node("model", model)
-    b.add_edge(START, "compact")
-    b.add_edge("compact", "model")
-    b.add_edge("model", END)
-    g = b.compile(checkpointer=InMemorySaver())
+    g = compact_then_model(CompactionNode(max_input_tokens=4000, mode=mode), model, CompactionState)
     cfg = {"configurable": {"thread_id": "1"}}
     g.invoke({"messages": [Human("attach doc", id="u1")]}, cfg)
     g.update_state(cfg, {"messages": [Human("attach doc: " + "lorem ipsum " * 6000, id="u1")]})

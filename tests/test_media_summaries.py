@@ -39,7 +39,8 @@ REFERENCED = [  # (block, what must name it)
      "Q3 report, https://example.com/report.pdf"),
     ({"type": "file", "url": "https://example.com/data.csv", "mime_type": "text/csv"}, "https://example.com/data.csv"),
     ({"type": "input_file", "file_url": "https://example.com/spec.pdf"}, "https://example.com/spec.pdf"),
-    ({"type": "file", "file": {"filename": "contract.pdf", "file_id": "file-abc123"}}, "contract.pdf, file id file-abc123"),
+    ({"type": "file", "file": {"filename": "contract.pdf", "file_id": "file-abc123"}},
+     "contract.pdf, file id file-abc123"),
     ({"type": "image", "source": {"type": "file", "file_id": "file_011"}}, "file id file_011"),
     ({"type": "audio", "url": "https://example.com/call.mp3"}, "https://example.com/call.mp3"),
 ]

@@ -29,9 +29,9 @@ from tests.agent_replay import (
     check_model_input,
     check_stored_history,
     load_replays,
-    plain_chat,
     wire_tokens,
 )
+from tests.builders import plain_chat, tool_loop
 from lc_compaction import CompactionPolicy, TruncateToolResults
 from lc_compaction.integrations import CompactionMiddleware
 
@@ -143,7 +143,8 @@ def test_window_comes_from_the_request_model_profile() -> None:
 def test_window_from_a_model_string(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     mw = CompactionMiddleware(model="openai:gpt-4o-mini")
-    assert mw.policy is not None and mw.policy.max_input_tokens == ChatOpenAI(model="gpt-4o-mini").profile["max_input_tokens"]
+    window = ChatOpenAI(model="gpt-4o-mini").profile["max_input_tokens"]
+    assert mw.policy is not None and mw.policy.max_input_tokens == window
 
 
 def test_settings_errors() -> None:
@@ -170,14 +171,8 @@ def test_a_policy_object_and_keyword_settings_give_the_same_result() -> None:
 
 
 def test_truncation_only_is_stored_in_place() -> None:
-    history: list = [HumanMessage("look things up", id="h0")]
-    for i in range(4):
-        history.append(AIMessage("", id=f"a{i}", tool_calls=[{"name": "lookup_reservation", "id": f"c{i}",
-                                                              "args": {"reservation_id": f"R{i}"}}]))
-        history.append(ToolMessage(f"result {i}: " + "lorem ipsum dolor sit amet " * 60, tool_call_id=f"c{i}",
-                                   name="lookup_reservation", id=f"t{i}"))
-    history.append(AIMessage("done", id="final"))
-    history.append(HumanMessage("one more question", id="h1"))
+    history = tool_loop(4, 60, tool="lookup_reservation", args=lambda i: {"reservation_id": f"R{i}"},
+                        last="one more question")
     model = ReplayChatModel(messages=iter([AIMessage("answer", id="reply")]))
     mw = CompactionMiddleware(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])
     agent = create_agent(model, [], middleware=[mw], checkpointer=InMemorySaver())

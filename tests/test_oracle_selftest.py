@@ -64,7 +64,8 @@ def SUM(id, text="Here is a summary of the conversation to date:\n\nThe user ask
 
 def A(id, content="", calls=()):
     return AIMessage(
-        content=content, id=id, tool_calls=[{"name": "search", "args": {"q": c}, "id": c, "type": "tool_call"} for c in calls]
+        content=content, id=id,
+        tool_calls=[{"name": "search", "args": {"q": c}, "id": c, "type": "tool_call"} for c in calls],
     )
 
 
@@ -83,7 +84,8 @@ VALID = [s1, h1, a1, t1, t2, a2, h2]
 
 THINK = {"type": "thinking", "thinking": "let me think", "signature": "sig123456789"}
 a_think = AIMessage(
-    content=[THINK, {"type": "text", "text": "calling"}, {"type": "tool_use", "id": "c9", "name": "search", "input": {}}],
+    content=[THINK, {"type": "text", "text": "calling"},
+             {"type": "tool_use", "id": "c9", "name": "search", "input": {}}],
     tool_calls=[{"name": "search", "args": {}, "id": "c9", "type": "tool_call"}],
     id="at",
 )
@@ -153,7 +155,8 @@ PAIRS = {
     ),
     "summary_is_plain_text": (
         ctx(
-            [s1, SUM("sm", "Here is a summary of the conversation to date:\n\n" + REPLY_BLOCKS[1]["text"] + REPLY_BLOCKS[2]["text"]), h2],
+            [s1, SUM("sm", "Here is a summary of the conversation to date:\n\n"
+                     + REPLY_BLOCKS[1]["text"] + REPLY_BLOCKS[2]["text"]), h2],
             settings={"summary_reply_blocks": REPLY_BLOCKS},
             summarizer_inputs=["..."],
         ),
@@ -162,8 +165,10 @@ PAIRS = {
     ),
     "single_summary": (ctx([s1, SUM("sm"), h2]), ctx([s1, SUM("sm"), SUM("sm2"), h2]), ["output[1]", "output[2]"]),
     "prior_summary_fed_to_summarizer": (
-        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2], summarizer_inputs=["human: User name is Ada; preferred language Lisp.\nhuman: first question"]),
-        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2], summarizer_inputs=["human: first question\nai: the answer"]),
+        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2],
+            summarizer_inputs=["human: User name is Ada; preferred language Lisp.\nhuman: first question"]),
+        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2],
+            summarizer_inputs=["human: first question\nai: the answer"]),
         ["input[1]", "'prev'"],
     ),
     "no_resummarize_summary_only": (
@@ -188,7 +193,8 @@ EXTRA_FAILURES = {
     "tool_pairs_atomic": ctx([s1, h1, t2, a2, h2]),  # a result whose call was dropped
     "preserves_system_prompt": ctx([h1, a2, h2]),  # system prompt dropped
     "keeps_latest_human_verbatim": ctx([s1, h1, a1, t1, t2, a2]),  # latest request dropped
-    "summary_is_plain_text": ctx([s1, HumanMessage(content=REPLY_BLOCKS[1:], id="sm", additional_kwargs=SUMMARY_KW), h2]),
+    "summary_is_plain_text": ctx(
+        [s1, HumanMessage(content=REPLY_BLOCKS[1:], id="sm", additional_kwargs=SUMMARY_KW), h2]),
     "ids_present_and_unique": ctx([s1, h1, A("h1", "dup id"), h2]),
     "keeps_tail_verbatim": ctx([s1, h2], settings={"keep": {"messages": 2}}),
     "thinking_leads_active_turn": ctx([s1, h2, A("new", "plain"), a_think, t9], input=THINK_INPUT),
@@ -223,7 +229,8 @@ def test_check_passes_on_good_and_fails_on_bad(name):
 def test_failing_pairs_are_precise():
     """Each hand-made tool-pairing violation breaks only what it claims (plus adjacency, which an orphan or a
     missing result also breaks)."""
-    tool_checks = ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "no_duplicate_tool_results"]
+    tool_checks = ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                   "no_duplicate_tool_results"]
     also_breaks = {"no_orphan_tool_results": {"tool_results_adjacent"}}
     for name in tool_checks:
         bad = PAIRS[name][1]
@@ -249,15 +256,18 @@ def test_error_handling_and_misconfiguration():
     with pytest.raises(ValueError):
         check("no_such_check", ctx(VALID))
     # unchanged_if_under_budget is vacuous over the trigger; keep tail by tokens
-    check("unchanged_if_under_budget", ctx([s1, h2], settings={"trigger": {"messages": 3}, "token_counter": "messages"}))
+    check("unchanged_if_under_budget",
+          ctx([s1, h2], settings={"trigger": {"messages": 3}, "token_counter": "messages"}))
     check("keeps_tail_verbatim", ctx([s1, a2, h2], settings={"keep": {"tokens": 2}, "token_counter": "messages"}))
     with pytest.raises(AssertionError):
         check("keeps_tail_verbatim", ctx([s1, h2], settings={"keep": {"tokens": 2}, "token_counter": "messages"}))
     # summary expected in summarize mode above the trigger
     s13 = {"mode": "summarize", "summary_model": "fixed", "trigger": {"messages": 3}, "token_counter": "messages"}
     with pytest.raises(AssertionError, match="never called"):
-        check("prior_summary_fed_to_summarizer", ctx([s1, PRIOR, h1, a2, h2], input=[s1, PRIOR, h1, a2, h2], settings=s13))
-    s14 = {"mode": "summarize", "summary_model": "blocks", "summary_reply_blocks": REPLY_BLOCKS, "trigger": {"messages": 3}}
+        check("prior_summary_fed_to_summarizer",
+              ctx([s1, PRIOR, h1, a2, h2], input=[s1, PRIOR, h1, a2, h2], settings=s13))
+    s14 = {"mode": "summarize", "summary_model": "blocks", "summary_reply_blocks": REPLY_BLOCKS,
+           "trigger": {"messages": 3}}
     with pytest.raises(AssertionError, match="no new summary"):
         check("summary_is_plain_text", ctx(VALID, settings=s14))
 
@@ -342,7 +352,8 @@ def test_load_cases():
     assert default and {c.settings["mode"] for c in default} <= {"trim", "either"}
     everything = oracle_cases.load_cases(None)
     assert len(everything) == 18 and len({c.id for c in everything}) == 18
-    assert {c.id for c in oracle_cases.load_cases(("summarize",))} | {c.id for c in default} == {c.id for c in everything}
+    summarize_ids = {c.id for c in oracle_cases.load_cases(("summarize",))}
+    assert summarize_ids | {c.id for c in default} == {c.id for c in everything}
     case27 = next(c for c in everything if c.id == "case-27")
     assert all(m.id is None for m in case27.messages)
     first = default[0]
@@ -370,7 +381,8 @@ def test_identity_output_fails_cases_that_need_work():
 def test_fake_summary_models():
     fixed = oracle_cases.fake_summary_model({"summary_model": "fixed"})
     assert isinstance(fixed, BaseChatModel)
-    assert fixed.invoke([SystemMessage("Summarize."), HumanMessage("hello world")]).content == oracle_cases.FIXED_SUMMARY_TEXT
+    reply = fixed.invoke([SystemMessage("Summarize."), HumanMessage("hello world")])
+    assert reply.content == oracle_cases.FIXED_SUMMARY_TEXT
     reply = asyncio.run(fixed.ainvoke([HumanMessage([{"type": "text", "text": "async text"}])]))
     assert isinstance(reply.content, str) and reply.content
     assert len(fixed.inputs) == 2 and "hello world" in fixed.inputs[0] and "async text" in fixed.inputs[1]
@@ -457,8 +469,10 @@ _PRECISE = {
     "dangling_tool_call": ["no_orphan_tool_results", "no_duplicate_tool_results", "tool_results_adjacent"],
     "duplicate_tool_result": ["no_orphan_tool_results", "no_dangling_tool_calls", "tool_results_adjacent"],
     "non_adjacent_tool_result": ["no_orphan_tool_results", "no_dangling_tool_calls", "no_duplicate_tool_results"],
-    "system_in_middle": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "first_non_system_is_human"],
-    "starts_with_ai": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "system_only_at_start"],
+    "system_in_middle": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                         "first_non_system_is_human"],
+    "starts_with_ai": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                       "system_only_at_start"],
     "duplicate_call_id_in_message": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
                                      "system_only_at_start"],
 }
@@ -505,7 +519,8 @@ def test_oracle_is_independent_of_the_package():
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _summary(text="Here is a summary of the conversation to date:\n\n" + oracle_cases.FIXED_SUMMARY_TEXT, id="summary-1"):
+def _summary(text="Here is a summary of the conversation to date:\n\n" + oracle_cases.FIXED_SUMMARY_TEXT,
+             id="summary-1"):
     return HumanMessage(content=text, id=id, additional_kwargs=dict(SUMMARY_KW))
 
 
@@ -536,7 +551,8 @@ def _correct_outputs(case):
             (_pick(case, "s1", "h2", "a3", "t2", "a4", "h3"), [], None, False),
         ]
     if c == "case-07":
-        merged = SystemMessage(content="You are a travel assistant.\n\nSummary of earlier conversation: 3-day trip.", id="s1")
+        merged = SystemMessage(content="You are a travel assistant.\n\nSummary of earlier conversation: 3-day trip.",
+                               id="s1")
         return [
             (_pick(case, merged, "h2", "a2", "h3"), [], None, False),
             (_pick(case, "s1", _summary(), "h2", "a2", "h3"), fixed_input, None, False),
@@ -558,7 +574,8 @@ def _correct_outputs(case):
         fed = ["human: " + prior.content + "\nhuman: Switch my preferred language to <LANG_2>."]
         return [(_pick(case, "s1", _summary(id="summary-2"), "h3"), fed, None, False)]
     if c == "case-14":
-        text = "Here is a summary of the conversation to date:\n\nUser asked about <MOD_A> and <MOD_B>. <MOD_B> consumes <MOD_A> output."
+        text = ("Here is a summary of the conversation to date:\n\n"
+                "User asked about <MOD_A> and <MOD_B>. <MOD_B> consumes <MOD_A> output.")
         return [(_pick(case, "s1", _summary(text), "a3", "h4"), fixed_input, None, False)]
     if c in ("case-15", "case-16", "case-22"):
         return [(case.fresh_messages(), [], None, False)]
@@ -604,7 +621,8 @@ def _symptom_outputs(case):
     if c == "case-05":
         return _pick(case, _summary(), "a1", "t1", "t2", "t2")
     if c == "case-06":
-        return _pick(case, "s1", SystemMessage(content="Summary: searched <TOPIC_1>.", id="sum"), "a3", "t2", "a4", "h3")
+        return _pick(case, "s1", SystemMessage(content="Summary: searched <TOPIC_1>.", id="sum"),
+                     "a3", "t2", "a4", "h3")
     if c == "case-07":
         return _pick(case, "s1", "h2", "s_sum", "a2", "h3")
     if c == "case-08":

@@ -20,7 +20,8 @@ KEEPS = st.one_of(
     st.tuples(st.just("tokens"), st.integers(0, 3000)),
 )
 COUNTERS = st.sampled_from(["approximate", "messages", "exact"])
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _policy(window: int, keep, counter: str) -> CompactionPolicy:

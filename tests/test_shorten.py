@@ -14,14 +14,16 @@ from lc_compaction.shorten import shorten, text_length
 
 
 def png_b64(width: int, height: int) -> str:
-    header = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    header = (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR"
+              + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
     return base64.b64encode(header + b"\0" * 3000).decode()
 
 
 def test_a_text_document_is_cut_like_text_and_the_request_keeps_its_words():
     big = "The quarterly report says revenue grew. " * 5000
     msg = HumanMessage([{"type": "text", "text": "analyse:"},
-                        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": big}}], id="h")
+                        {"type": "document",
+                         "source": {"type": "text", "media_type": "text/plain", "data": big}}], id="h")
     policy = CompactionPolicy(max_input_tokens=8000)
     result = compact([msg], policy)
     assert result.fits and result.tokens_after <= policy.budget_tokens()
@@ -35,7 +37,8 @@ def test_a_text_document_is_cut_like_text_and_the_request_keeps_its_words():
 
 def test_an_image_goes_only_when_the_text_alone_is_not_enough_and_the_marker_names_it():
     msg = HumanMessage([{"type": "text", "text": "What is in this picture? " * 3},
-                        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2048)}}], id="h")
+                        {"type": "image_url",
+                         "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2048)}}], id="h")
     result = compact([SystemMessage("s", id="s"), msg], CompactionPolicy(max_input_tokens=500))
     out = result.messages[1]
     assert result.fits

@@ -7,7 +7,6 @@ each reply is scripted: a text, a message (content blocks), an exception, or a w
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 from typing import Any, Annotated
 
@@ -16,24 +15,24 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.exceptions import ModelAPIError, ModelInvalidRequestError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from pydantic import Field
 from typing_extensions import TypedDict
 
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, summary_text
-from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, parse_facts_line
+from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
 from lc_compaction.tokens import TiktokenCounter
 
+from tests.builders import reservation_history as history, reservation_turn as turn
+from tests.fakes import ScriptedModel
 from tests.oracle import check_all_structural, run_checks
 from tests.oracle.checks import CheckContext, model_view
 from tests.oracle.generators import histories
@@ -44,53 +43,6 @@ COUNTER = TiktokenCounter()
 
 
 # ----------------------------------------------------------------------------------------------------- fakes
-class ScriptedModel(BaseChatModel):
-    """Answers each call with the next scripted item: a str (the reply text), a BaseMessage (returned as is), an
-    Exception (raised), or ("wait", seconds) (blocks, then answers "late"). Records each call's input text,
-    keyword arguments and path ("sync" / "async")."""
-
-    script: list[Any] = Field(default_factory=list)
-    repeat_last: bool = True
-    inputs: list[str] = Field(default_factory=list)
-    kwargs: list[dict] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
-    release: Any = None  # a threading.Event that ends a sync wait early (test teardown)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-test-model"
-
-    def _next(self, messages: list[BaseMessage], kwargs: dict, path: str) -> Any:
-        self.inputs.append("\n".join(m.text for m in messages))
-        self.kwargs.append(dict(kwargs))
-        self.paths.append(path)
-        if not self.script:
-            raise AssertionError("the script is empty")
-        item = self.script[0] if (len(self.script) == 1 and self.repeat_last) else self.script.pop(0)
-        if isinstance(item, Exception):
-            raise copy.copy(item)
-        return item
-
-    @staticmethod
-    def _result(item: Any) -> ChatResult:
-        message = AIMessage(content=item) if isinstance(item, str) else item
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-        item = self._next(messages, kwargs, "sync")
-        if isinstance(item, tuple) and item[0] == "wait":
-            (self.release or threading.Event()).wait(item[1])
-            item = "late"
-        return self._result(item)
-
-    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-        item = self._next(messages, kwargs, "async")
-        if isinstance(item, tuple) and item[0] == "wait":
-            await asyncio.sleep(item[1])
-            item = "late"
-        return self._result(item)
-
-
 class CappedModel(ScriptedModel):
     """A scripted model whose class declares `max_tokens`, as OpenAI's and Anthropic's chat models do."""
 
@@ -115,24 +67,14 @@ def release():
 
 
 # ----------------------------------------------------------------------------------------------------- histories
-def turn(k: int, result_words: int = 120) -> list[BaseMessage]:
-    """A user request naming a reservation, the lookup tool call, its (long) result and the answer."""
-    record = " ".join(f"seat{j % 9} row{j % 30} meal{j % 4}" for j in range(result_words // 3))
-    return [
-        HumanMessage(f"Request {k}: please check reservation RES{k:03d}Q and seat map.", id=f"h{k}"),
-        AIMessage("", tool_calls=[{"name": "get_reservation", "args": {"reservation_id": f"RES{k:03d}Q"},
-                                   "id": f"call{k}"}], id=f"a{k}"),
-        ToolMessage(f'{{"reservation_id": "RES{k:03d}Q", "amount": {1000 + k}, "notes": "{record}"}}',
-                    tool_call_id=f"call{k}", name="get_reservation", id=f"t{k}"),
-        AIMessage(f"Reservation RES{k:03d}Q is confirmed for you.", id=f"b{k}"),
-    ]
-
-
-def history(turns: int, result_words: int = 120) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SystemMessage("You are a travel agent.", id="sys")]
-    for k in range(turns):
-        out += turn(k, result_words)
-    return out
+def requests_and_answers() -> list[BaseMessage]:
+    """Twelve exchanges of a request and an answer (about 60 words each, no tools), then a last request."""
+    msgs: list[BaseMessage] = []
+    for n in range(12):
+        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"),
+                 AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
+    msgs.append(HumanMessage("last", id="hl"))
+    return msgs
 
 
 def policy(strategy: Summarize, window: int = 3000, **kw: Any) -> CompactionPolicy:
@@ -418,7 +360,7 @@ def test_the_summarizer_input_stays_within_its_budget_and_never_drops_the_beginn
     assert removed_requests, "some requests should have been summarized"
     for request in removed_requests:
         assert any(request in text for text in model.inputs), f"{request!r} never reached the summarizer"
-    for earlier, later in zip(model.inputs, model.inputs[1:]):
+    for later in model.inputs[1:]:
         assert "Running summary so far" in later  # each call carries the summary so far
     assert len(summaries(result.messages)) == 1
 
@@ -445,7 +387,7 @@ def test_the_guard_appends_what_the_summary_left_out_and_reports_the_figures():
     assert d["identifiers_kept_by_summary"] == 2
     assert d["identifiers_added_by_guard"] == d["identifiers_evicted"] - 2
     assert all(contains(text, i) for i in evicted_ids)
-    assert text.splitlines()[-1].startswith(FACTS_PREFIX)
+    assert is_facts_line(text.splitlines()[-1])
 
 
 def test_with_the_guard_off_nothing_is_appended_but_the_figures_are_still_reported():
@@ -470,7 +412,7 @@ def test_user_patterns_reach_the_guard():
     assert "gold-star" not in the_summary(plain)  # not an identifier without the user's pattern
 
 
-# ----------------------------------------------------------------------------------------------------- message, prompts, settings
+# ---------------------------------------------------------------------------------------- message, prompts, settings
 def test_the_summary_message_is_a_marked_human_message_by_default_or_an_ai_message():
     human = compact(history(12), policy(fast(model=ScriptedModel(script=["S."]))))
     (message,) = summaries(human.messages)
@@ -540,7 +482,7 @@ def test_sync_and_async_give_the_same_result():
     assert [m.id for m in a.messages if not is_summary(m)] == [m.id for m in b.messages if not is_summary(m)]
 
 
-# ----------------------------------------------------------------------------------------------------- generated histories
+# ---------------------------------------------------------------------------------------------- generated histories
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(msgs=histories(max_turns=6, max_steps=3, prior_summary=True), window=st.integers(300, 6000),
        keep=st.sampled_from([("turns", 1), ("turns", 2), ("messages", 3), ("tokens", 500)]),
@@ -565,15 +507,10 @@ def test_generated_histories_keep_every_rule_and_one_summary(msgs, window, keep,
 def test_default_fallback_keeps_the_history_while_it_fits_and_writes_the_ledger_when_it_must_shrink():
     """fallback="auto": a failed model removes nothing while the history fits the window (the next call tries
     again); over the window, the deterministic ledger replaces the old part so the call fits."""
-    from langchain_core.messages import AIMessage, HumanMessage
-
     from lc_compaction import CompactionPolicy, compact
     from tests.oracle.cases import fake_summary_model
 
-    msgs = []
-    for n in range(12):
-        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"), AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
-    msgs.append(HumanMessage("last", id="hl"))
+    msgs = requests_and_answers()
     total = CompactionPolicy(max_input_tokens=10**6, token_counter="approximate").counter.count_messages(msgs)
     # soft pass only: above the trigger, within the window
     soft = CompactionPolicy(max_input_tokens=int(total * 1.1), reserve=0, token_counter="approximate",
@@ -593,14 +530,10 @@ def test_a_placeholder_reply_is_not_stored_as_a_summary():
     """A model that answers "Error generating summary." (or another placeholder) has failed: the ledger is
     written instead, never the placeholder."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
-    from langchain_core.messages import AIMessage, HumanMessage
 
     from lc_compaction import CompactionPolicy, compact
 
-    msgs = []
-    for n in range(12):
-        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"), AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
-    msgs.append(HumanMessage("last", id="hl"))
+    msgs = requests_and_answers()
     for placeholder in ("Error generating summary.", "No previous conversation history"):
         model = FakeListChatModel(responses=[placeholder] * 10)
         policy = CompactionPolicy(max_input_tokens=1500, reserve=0, token_counter="approximate",

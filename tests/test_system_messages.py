@@ -17,11 +17,12 @@ from langchain.agents import create_agent
 from langchain.agents.middleware.types import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import add_messages
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, compact
-from lc_compaction.integrations import CompactingChatMessageHistory, CompactionMiddleware, CompactionNode
+from lc_compaction.integrations import CompactingChatMessageHistory, CompactionMiddleware
 from lc_compaction.integrations import view as view_module
-from lc_compaction.integrations.langgraph import plan_compaction
+from lc_compaction.integrations.plan import plan_compaction
 from lc_compaction.ladder import Slot, protect
 from lc_compaction.markers import is_converted_system
 from lc_compaction.structure import (
@@ -35,9 +36,10 @@ from tests.agent_replay import ReplayChatModel, lookup
 from tests.oracle import check_all_structural
 from tests.oracle.checks import CheckContext, run_checks
 from tests.oracle.generators import histories, with_system_notes
-from tests.test_compact import history, tool_turn
+from tests.builders import history, tool_turn
 
-FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(max_examples=50, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 THINK = {"type": "thinking", "thinking": "plan the lookups", "signature": "sig" * 20}
 
@@ -159,15 +161,16 @@ def test_the_door_converts_on_calls_that_do_not_compact_in_o_of_new(mode, monkey
     counter = ApproximateCounter()
     policy = CompactionPolicy(max_input_tokens=6_000, token_counter=counter)
     stored = history(10, 3000)
-    first = plan_compaction(stored, None, policy, mode=mode)
+    first = plan_compaction(stored, None, policy, door="langgraph_node", mode=mode)
     assert first.result.compacted
-    stored = first.model_input if mode == "rewrite" else stored
+    for write in first.messages_writes:  # what LangGraph stores (rewrite mode)
+        stored = add_messages(stored, write)
     memory = first.memory
     monkeypatch.setattr(view_module, "_segments", lambda *a: pytest.fail("view memory rebuilt: O(history)"))
     for n in range(1, 4):
         stored = grown_with_note(stored, n)
         before = counter.cache_info()
-        plan = plan_compaction(stored, memory, policy, mode=mode)
+        plan = plan_compaction(stored, memory, policy, door="langgraph_node", mode=mode)
         after = counter.cache_info()
         assert not plan.result.actions  # under the trigger
         assert after["hits"] + after["misses"] - before["hits"] - before["misses"] == 5  # the new messages only
@@ -177,11 +180,12 @@ def test_the_door_converts_on_calls_that_do_not_compact_in_o_of_new(mode, monkey
         assert isinstance(note, HumanMessage) and note.content == f"note {n}: stay brief"
         assert [r["kind"] for r in plan.memory["last"]["repairs"]] == ["system_message_converted"]
         if mode == "rewrite":  # stored in place: the same id, now a HumanMessage
-            assert [m.id for m in plan.messages_update] == [f"note{n}"]
-            stored = [next((u for u in plan.messages_update if u.id == m.id), m) for m in stored]
+            assert [[m.id for m in write] for write in plan.messages_writes] == [[f"note{n}"]]
+            for write in plan.messages_writes:
+                stored = add_messages(stored, write)
         memory = plan.memory
     # the next call with nothing new: the notes are sent converted again, and nothing is recounted
-    plan = plan_compaction(stored + tool_turn(300, 40), memory, policy, mode=mode)
+    plan = plan_compaction(stored + tool_turn(300, 40), memory, policy, door="langgraph_node", mode=mode)
     assert not any(isinstance(m, SystemMessage) for m in plan.model_input[1:])
     assert plan.memory["last"]["repairs"] == []
 

@@ -170,7 +170,8 @@ def test_special_token_text_is_ordinary_text(exact, enc):
 
 
 COOKBOOK_MESSAGES = [
-    SystemMessage("You are a helpful, pattern-following assistant that translates corporate jargon into plain English."),
+    SystemMessage("You are a helpful, pattern-following assistant that translates corporate jargon "
+                  "into plain English."),
     SystemMessage("New synergies will help drive top-line growth.", name="example_user"),
     SystemMessage("Things working well together will increase revenue.", name="example_assistant"),
     SystemMessage(
@@ -494,7 +495,8 @@ def test_a_non_standard_block_costs_the_json_of_its_value(exact, enc):
     assert _block_cost(exact, {"type": "non_standard", "value": value}) == T(enc, json.dumps(value))
 
 
-_plain_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30).filter(lambda t: not t.startswith("data:"))
+_plain_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30).filter(
+    lambda t: not t.startswith("data:"))
 _plain_json = st.recursive(
     st.none() | st.booleans() | st.integers(-10**9, 10**9) | _plain_text,
     lambda children: st.lists(children, max_size=4)

@@ -34,10 +34,11 @@ from lc_compaction.structure import (
 )
 from tests.agent_replay import EventLog, ReplayChatModel, lookup
 from tests.oracle import check_all_structural
-from tests.oracle.checks import ALL_STRUCTURAL, CheckContext, run_checks
-from tests.oracle.generators import DEFECT_CHECKS, broken_histories, histories
+from tests.oracle.checks import CheckContext, run_checks
+from tests.oracle.generators import broken_histories, histories
 
-FAST = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(max_examples=50, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def calls(mid: str, *ids: str, name: str = "lookup", text: str = "") -> AIMessage:
@@ -191,6 +192,16 @@ def test_ledger_and_report_pair_reused_ids_by_position():
     table = compaction_table(renamed, renamed, "approximate")
     by_id = dict(zip([m.id for m in renamed], table["tool"]))
     assert by_id["t0a"] == "tool_a0" and by_id["t1a"] == "tool_a1"
+
+
+def test_the_transcript_names_a_nameless_result_after_its_own_turns_call():
+    from lc_compaction.strategies.transcript import render_transcript
+
+    history = [HumanMessage("q0", id="h0"), calls("a0", "call_0", name="get_order"),
+               ToolMessage("order W1", tool_call_id="call_0", id="t0"), HumanMessage("q1", id="h1"),
+               calls("a1", "call_0", name="get_user"), ToolMessage("user U1", tool_call_id="call_0", id="t1")]
+    shown = render_transcript(history, 1000)
+    assert shown[2].startswith("Tool result (get_order)") and shown[5].startswith("Tool result (get_user)")
 
 
 # ------------------------------------------------------------------------------------------------ front doors

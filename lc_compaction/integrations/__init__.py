@@ -8,6 +8,10 @@
   run with `RunnableWithMessageHistory` (both deprecated in langchain-core; prefer the doors above for new code).
   Imported on first use.
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
+
+What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout)
+lives in `integrations/plan.py`; rewrite mode's state writes (by id) in `integrations/writes.py`; view mode's
+memory in `integrations/view.py`.
 """
 
 from typing import Any

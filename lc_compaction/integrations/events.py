@@ -1,7 +1,7 @@
 """What the front doors report after each compaction: a LangChain custom event and one log line.
 
 Both doors (the LangGraph pre-model node and the `AgentMiddleware`) call `report(...)` / `areport(...)` once per
-model call, with the `CompactionResult` of that call:
+model call, with the `CompactionResult` of that call and its event data (the `CompactionPlan`'s `event`):
 
 - a **custom event** named `EVENT_NAME` ("lc_compaction") through
   `langchain_core.callbacks.manager.dispatch_custom_event` / `adispatch_custom_event`: seen by callback handlers
@@ -16,7 +16,10 @@ model call, with the `CompactionResult` of that call:
   affected" when the history was changed, followed by "; repaired: <kind> at <index> (<tool_call_id>); ..." when
   the input was repaired (`repairs_text`); INFO "Context compaction skipped (nothing_removable): ..." when the
   trigger fired but nothing could be removed; WARNING when the result is still over the budget (the pinned part
-  alone is over the window: the model call will likely fail); DEBUG for a call under the trigger.
+  alone is over the window: the model call will likely fail), and WARNING when a strategy failed (the summarizer's
+  model failed, timed out or is cooling down after a failure): the line then ends with
+  "; summarize failed: <the error's text>" (from `details["failures"]`, also in the event's data, whose `reason`
+  is then "strategy_failed" when nothing else changed the history); DEBUG for a call under the trigger.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from langchain_core.runnables.config import ensure_config, get_callback_manager_
 
 from lc_compaction.compact import CompactionResult
 
-__all__ = ["EVENT_NAME", "areport", "event_payload", "log_line", "messages_affected", "repairs_text", "report"]
+__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload",
+           "repairs_text", "report"]
 
 EVENT_NAME = "lc_compaction"
 """Name of the custom event dispatched after every compaction decision (ran or skipped)."""
@@ -39,6 +43,7 @@ EVENT_NAME = "lc_compaction"
 logger = logging.getLogger(__name__)
 
 Door = Literal["langgraph_node", "agent_middleware"]
+"""Which front door ran: the LangGraph pre-model node or the LangChain v1 `AgentMiddleware`."""
 
 
 def messages_affected(result: CompactionResult) -> int:
@@ -48,16 +53,15 @@ def messages_affected(result: CompactionResult) -> int:
     return len(ids) + len(result.repairs)
 
 
-def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None
-                  ) -> dict[str, Any]:
-    """The data of the custom event: plain JSON (str, int, float, bool, None, list, dict).
+def outcome_payload(result: CompactionResult, *, mode: str) -> dict[str, Any]:
+    """The part of the event data that does not depend on the door: plain JSON (str, int, float, bool, None,
+    list, dict). The front doors keep it in their memory as "last".
 
     Keys: everything `CompactionResult.to_dict()` gives (`tokens_before`, `tokens_after` (tokens),
     `messages_before`, `messages_after` (messages), `strategies_applied`, `actions`, `stop_reason`, `fits`, ...)
     plus `outcome` ("compacted" when the history was changed, else "skipped"), `reason` (= `stop_reason`:
-    "under_trigger", "under_target", "under_budget", "nothing_removable", "pinned_over_budget"),
-    `messages_affected` (messages, see `messages_affected`), `mode` ("rewrite" or "view"), `door` (which front
-    door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
+    "under_trigger", "under_target", "under_budget", "nothing_removable", "strategy_failed", "pinned_over_budget"),
+    `messages_affected` (messages, see `messages_affected`) and `mode` ("rewrite" or "view").
     Values the result holds that JSON cannot encode are written as their `str()`.
     """
     data = result.to_dict()
@@ -68,8 +72,6 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
         "reason": result.stop_reason,
         "messages_affected": messages_affected(result),
         "mode": mode,
-        "door": door,
-        "state_messages": state_messages,
     })
     return data
 
@@ -84,9 +86,21 @@ def repairs_text(result: CompactionResult) -> str:
     return "; ".join(f"{kind} at {', '.join(places)}" for kind, places in by_kind.items())
 
 
+def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None,
+                  outcome: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The data of the custom event: plain JSON, `outcome_payload(result, mode=mode)` plus `door` (which front
+    door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
+
+    `outcome`: the `outcome_payload` already made for `result` (the front doors keep one in their memory), to
+    reuse (copied, not changed) instead of serializing the result again.
+    """
+    base = outcome_payload(result, mode=mode) if outcome is None else outcome
+    return {**base, "door": door, "state_messages": state_messages}
+
+
 def _level(result: CompactionResult) -> int:
     """The logging level of `result`'s log line (see `log_line`)."""
-    if not result.fits:
+    if not result.fits or _failures(result):
         return logging.WARNING
     if result.compacted or result.stop_reason != "under_trigger":
         return logging.INFO
@@ -98,6 +112,11 @@ def _log(result: CompactionResult) -> None:
     level = _level(result)
     if logger.isEnabledFor(level):
         logger.log(*log_line(result))
+
+
+def _failures(result: CompactionResult) -> dict[str, str]:
+    failures = result.details.get("failures") if result.details else None
+    return failures if isinstance(failures, dict) else {}
 
 
 def log_line(result: CompactionResult) -> tuple[int, str]:
@@ -116,6 +135,8 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
                 f"{result.messages_before} messages")
         if not result.fits:
             text += f"; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
+    for strategy, error in _failures(result).items():
+        text += f"; {strategy} failed: {error}"
     return _level(result), text
 
 
@@ -131,35 +152,31 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
     return manager.parent_run_id is not None and bool(manager.handlers)
 
 
-def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-           state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the log line and dispatch the custom event for `result`; return the event data.
+def _announce(result: CompactionResult, config: RunnableConfig | None) -> bool:
+    """Write `result`'s log line; whether its custom event has a run to attach to and a handler to receive it."""
+    _log(result)
+    return _has_parent_run(config)
+
+
+def report(result: CompactionResult, event: dict[str, Any], *, config: RunnableConfig | None = None
+           ) -> dict[str, Any]:
+    """Write the log line for `result` and dispatch `event` as the custom event `EVENT_NAME`; return `event`.
 
     Args:
         result: the compaction result of this model call.
-        mode: "rewrite" or "view".
-        door: the front door that ran ("langgraph_node" or "agent_middleware").
+        event: the event data (`event_payload(result, ...)`; the front doors get it from their `CompactionPlan`).
         config: the runnable config of the current run (None: taken from the running context, as LangChain does).
-        state_messages: messages in graph state (count), for the payload.
-        base: an `event_payload` already made for `result` (the front doors keep one in their memory), to
-            reuse instead of serializing the result again.
 
     The event is skipped, without error, when there is no parent run to attach it to or no handler to receive it.
     """
-    _log(result)
-    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
-               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
-    if _has_parent_run(config):
-        dispatch_custom_event(EVENT_NAME, payload, config=config)
-    return payload
+    if _announce(result, config):
+        dispatch_custom_event(EVENT_NAME, event, config=config)
+    return event
 
 
-async def areport(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-                  state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
+async def areport(result: CompactionResult, event: dict[str, Any], *, config: RunnableConfig | None = None
+                  ) -> dict[str, Any]:
     """Async twin of `report` (dispatches with `adispatch_custom_event`)."""
-    _log(result)
-    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
-               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
-    if _has_parent_run(config):
-        await adispatch_custom_event(EVENT_NAME, payload, config=config)
-    return payload
+    if _announce(result, config):
+        await adispatch_custom_event(EVENT_NAME, event, config=config)
+    return event

@@ -4,18 +4,21 @@
 
 Before each model call it compacts the messages the model will receive, counting beside them the system prompt
 and the tool schemas of that very request (`extra_tokens`), with the same ladder, policy and memory as the
-LangGraph node (`lc_compaction.integrations.langgraph.plan_compaction`).
+LangGraph node (`lc_compaction.integrations.plan.plan_compaction`).
 
 Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
 model will receive (after other middleware changed them), so only there can they be counted. This is the hook
 LangChain's `ContextEditingMiddleware` uses. In rewrite mode the stored history is updated through the
-`ExtendedModelResponse` command the model node applies after the call (the compacted history followed by the
-model's reply, or the changed messages alone when they keep their places and ids), so the stored state is the
-same as if `SummarizationMiddleware` had rewritten it in `before_model` with `REMOVE_ALL_MESSAGES`.
+`ExtendedModelResponse` command the model node applies right after appending the model's reply: written by id
+(`writes.py`: the removed messages as `RemoveMessage(id=...)`, changed and new messages replacing a stored one
+in place), never with `REMOVE_ALL_MESSAGES` (as `SummarizationMiddleware` does), so the reply and whatever another
+middleware writes in the same step are kept, and nothing compaction writes shows in `stream_mode="messages"`
+(LangGraph streams a message a node writes only when its id is new, and every one written here reuses a stored
+id).
 
 Middleware order: the first middleware in the list is the outermost. Put `CompactionMiddleware` last (innermost)
-so it sees the final system prompt, tools and messages; in rewrite mode, no middleware outside it should change
-`request.messages` (what it compacts is what it stores).
+so it sees the final system prompt, tools and messages. In rewrite mode the writes touch only messages the state
+holds: a message another middleware put into `request.messages` is compacted with the rest but never stored.
 
 The window: `max_input_tokens`, else the `model` given here, else the profile of the model of each request
 (`request.model.profile["max_input_tokens"]`).
@@ -27,31 +30,41 @@ A SystemMessage in `request.messages` after the conversation started (another mi
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:  # the `agents` extra; without it, an ImportError that says how to install it
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as _exc:
+    if not (_exc.name or "").startswith("langchain"):
+        raise
+    from lc_compaction._extras import missing_extra
+
+    raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from lc_compaction.integrations.events import areport, report
-from lc_compaction.integrations.langgraph import (
+from lc_compaction.integrations.plan import (
     CompactionPlan,
     Mode,
     aplan_compaction,
+    check_mode,
     model_window,
     plan_compaction,
     resolve_policy,
+    tokens_beside,
 )
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import fill_missing_ids
 
 __all__ = ["CompactionAgentState", "CompactionMiddleware"]
 
@@ -96,8 +109,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
                  repair: bool | None = None) -> None:
         super().__init__()
-        if mode not in ("rewrite", "view"):
-            raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+        check_mode(mode)
         if isinstance(model, str):
             from langchain.chat_models import init_chat_model
 
@@ -110,7 +122,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
         if policy is not None or max_input_tokens is not None or model is not None:
-            self.policy = resolve_policy(policy, model=model, **self._settings)  # type: ignore[arg-type]
+            self.policy = resolve_policy(policy, model=model, **self._settings)
 
     def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
         """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
@@ -127,18 +139,23 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         return self._policies[window]
 
     def _extra_tokens(self, policy: CompactionPolicy, request: ModelRequest) -> int:
-        counter = policy.counter
-        system = counter.count_message(request.system_message) if request.system_message is not None else 0
-        return system + counter.count_tools(list(request.tools or ()))
+        return tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
 
     def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
+        # The model node appends the reply first, then applies this command: the writes are by id, so the reply
+        # stays after the compacted history.
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
+        writes = plan.messages_writes
+        if len(writes) > 1:  # a repair added a message: the tail is appended again, then the reply after it
+            reply = list(response.result)
+            fill_missing_ids(reply)
+            pairs = [("messages", [*writes[0], *(RemoveMessage(id=m.id) for m in reply)]),
+                     ("messages", [*writes[1], *reply]), (MEMORY_KEY, plan.memory)]
+            return ExtendedModelResponse(model_response=response, command=Command(update=pairs))
         update: dict[str, Any] = {MEMORY_KEY: plan.memory}
-        if plan.messages_update:
-            # The model node first appends the reply; a full rewrite must therefore end with the reply too.
-            update["messages"] = ([*plan.messages_update, *response.result] if plan.rewrites_all
-                                  else plan.messages_update)
+        if writes:
+            update["messages"] = writes[0]
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
@@ -147,11 +164,11 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return handler(request)
         policy = self.policy_for(request.model)
-        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
-                               extra_tokens=self._extra_tokens(policy, request))
-        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-               base=plan.memory["last"])
-        return self._respond(plan, handler(request.override(messages=plan.model_input)))
+        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
+                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request),
+                               held=request.state.get("messages"))
+        report(plan.result, plan.event)
+        return self._respond(plan, handler(request.override(messages=_any_messages(plan.model_input))))
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -160,8 +177,15 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return await handler(request)
         policy = self.policy_for(request.model)
-        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
-                                      extra_tokens=self._extra_tokens(policy, request))
-        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-                      base=plan.memory["last"])
-        return self._respond(plan, await handler(request.override(messages=plan.model_input)))
+        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
+                                      door="agent_middleware", mode=self.mode,
+                                      extra_tokens=self._extra_tokens(policy, request),
+                                      held=request.state.get("messages"))
+        await areport(plan.result, plan.event)
+        return self._respond(plan, await handler(request.override(messages=_any_messages(plan.model_input))))
+
+
+def _any_messages(messages: list[BaseMessage]) -> list[AnyMessage]:
+    """`messages` as `ModelRequest.override` annotates them (a union of langchain-core's message classes); the
+    list is the request's own messages after compaction, so nothing is converted."""
+    return cast("list[AnyMessage]", messages)

@@ -41,7 +41,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from lc_compaction.structure import check_invariants
 from lc_compaction.tally import starts_with
 
-__all__ = ["rebuild_view", "view_memory"]
+__all__ = ["Rebuilt", "clear", "rebuild_view", "view_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ class _ViewCache:
         with self._lock:
             return self._data.pop(key, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
     def put(self, key: tuple[int, Any], entry: _Entry) -> None:
         with self._lock:
             self._data[key] = entry
@@ -86,6 +90,12 @@ class _ViewCache:
 
 
 _VIEWS = _ViewCache()
+
+
+def clear() -> None:
+    """Forget every view this process keeps as objects: the next call of each conversation rebuilds its view from
+    the JSON memory, O(history), as a new process does. For tests and to release memory."""
+    _VIEWS.clear()
 
 
 @dataclass
@@ -131,7 +141,9 @@ def _from_json(stored: list[BaseMessage], view: dict[str, Any], covered: int) ->
         if isinstance(seg, str):
             data = replaced.get(seg)
             try:
-                out.extend(messages_from_dict([data]))  # type: ignore[list-item]
+                if data is None:
+                    raise KeyError(seg)
+                out.extend(messages_from_dict([data]))
             except Exception:  # noqa: BLE001 - missing or malformed: the memory is not usable
                 logger.debug("rewritten message %r of the remembered view cannot be read: recomputing", seg)
                 return None
@@ -188,9 +200,9 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         _append_runs(segments, replaced, stored, 0, n, swapped)
     else:
         segments, replaced = _segments(stored, model_input)
-    entry = base.entry if base is not None and base.entry is not None else None
-    if entry is not None:  # the stored snapshot grows in place: O(k)
-        entry.stored.extend(stored[base.covered:])  # type: ignore[union-attr]
+    if base is not None and base.entry is not None:  # the stored snapshot grows in place: O(k)
+        entry = base.entry
+        entry.stored.extend(stored[base.covered:])
         entry.view, entry.segments, entry.replaced = model_input, segments, replaced
     else:
         entry = _Entry(list(stored), model_input, segments, replaced)
@@ -203,11 +215,10 @@ def _append_runs(segments: list[Any], replaced: dict[str, Any], stored: list[Bas
     """Append `stored[start:end]` to `segments` as runs (the first one merged with a run that ends at `start`),
     each message of `swapped` in that range as a rewritten one. O(1 + len(swapped))."""
     pos = start
-    for p in sorted(k for k in swapped if start <= k < end) if swapped else ():
+    for p, m in sorted((k, v) for k, v in swapped.items() if start <= k < end) if swapped else ():
         if pos < p:
             _add_run(segments, stored, pos, p)
-        m = swapped[p]
-        replaced[m.id] = _dump(m)  # type: ignore[index]
+        replaced[str(m.id)] = _dump(m)
         segments.append(m.id)
         pos = p + 1
     if pos < end:
@@ -243,7 +254,8 @@ def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tupl
         if i is not None:
             start, end = i, i + 1
         else:
-            replaced[m.id] = _dump(m)  # type: ignore[index]
+            assert m.id is not None, "a compacted history's messages all have ids (compact fills missing ones)"
+            replaced[m.id] = _dump(m)
             segments.append(m.id)
     if start >= 0:
         segments.append(_run(stored, start, end))

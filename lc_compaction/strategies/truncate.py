@@ -15,17 +15,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction.ladder import LadderState
+from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
 
 
 @dataclass
-class TruncateToolResults:
+class TruncateToolResults(SyncStrategy):
     """Replace old tool results with a one-line note.
 
     Args:
@@ -70,7 +71,8 @@ class TruncateToolResults:
         most recent ones, each oldest first."""
         msgs = state.messages
         excluded = set(self.exclude_tools)
-        outside, inside = [], []
+        outside: list[int] = []
+        inside: list[int] = []
         for i, m in enumerate(msgs):
             if (kind(m) != TOOL or state.slots[i].pinned or m.name in excluded
                     or is_truncated(m) or is_shortened(m)):
@@ -81,16 +83,12 @@ class TruncateToolResults:
         return outside, inside
 
     def apply(self, state: LadderState) -> None:
-        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
+        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over
+        the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
         outside, inside = self._candidates(state)
         self._truncate(state, outside, "outside the kept part")
         if state.over_goal() and inside and self._kept_part_over_goal(state):
             self._truncate(state, inside, "inside the kept part (it alone is over the goal)")
-
-    async def aapply(self, state: LadderState) -> None:
-        """Async twin of `apply` (no I/O: the same work)."""
-        self.apply(state)
-
     def _kept_part_over_goal(self, state: LadderState) -> bool:
         if state.goal_tokens is None:
             return False
@@ -105,7 +103,7 @@ class TruncateToolResults:
             content = old.message.content
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
-            new = self.truncated(old.message)  # type: ignore[arg-type]
+            new = self.truncated(cast(ToolMessage, old.message))  # `_candidates` picks tool results
             tokens = state.counter.count_message(new)
             if tokens >= old.tokens:
                 continue  # the note would not be smaller

@@ -1,0 +1,332 @@
+"""What both agent front doors share: the policy they resolve, and the plan of one model call.
+
+The LangGraph pre-model node (`langgraph.py`) and the LangChain v1 `AgentMiddleware` (`middleware.py`) do the
+same thing before each model call: read the stored history and the memory of the previous call, compact, and
+say how to update the state. Both call `plan_compaction` (or `aplan_compaction`) with their own door name and
+translate the `CompactionPlan` into their framework's update; nothing here knows which framework runs it.
+
+- `resolve_policy(policy, model=..., **settings)`: the `CompactionPolicy` a door uses (the window from the
+  model's profile when not given: `model_window`).
+- `plan_compaction(messages, memory, policy, door=..., mode=...)`: one call's `CompactionPlan`: the model input,
+  the writes for the stored messages (rewrite mode, by id: `writes.py`), the new memory, and the event data.
+- `Mode`: "rewrite" or "view" (see `langgraph.py`'s module docstring for what each does to the state).
+
+The memory (plain JSON, under the door's memory key; `MEMORY_VERSION` says its layout): how many calls and
+compactions, the last call's outcome, the count tally (so the next call counts only the new messages), and in
+view mode the last model input (`view.py`). It survives any checkpointer and a process restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+
+from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
+from lc_compaction.integrations.events import Door, event_payload, outcome_payload
+from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
+from lc_compaction.integrations.writes import adopt_ids, by_id_writes
+from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import Repair, fill_missing_ids, normalize_system_messages
+from lc_compaction.tally import CountTally, forget, prefix_counts
+from lc_compaction.tokens import TokenCounter
+
+__all__ = [
+    "MEMORY_VERSION",
+    "CompactionPlan",
+    "Mode",
+    "aplan_compaction",
+    "check_mode",
+    "model_window",
+    "plan_compaction",
+    "resolve_policy",
+    "tokens_beside",
+]
+
+Mode = Literal["rewrite", "view"]
+""""rewrite": replace the stored history by the compacted one; "view": store everything, send the compacted list."""
+
+MEMORY_VERSION = 2
+"""Version of the memory layout kept under the memory key; memory of another version is ignored (recomputed).
+2: view mode describes its model input as runs of the stored history (1: as a list of every message id)."""
+
+_MODES = ("rewrite", "view")
+
+
+def check_mode(mode: Any) -> Mode:
+    """`mode` itself when it is "rewrite" or "view".
+
+    Raises:
+        ValueError: any other value (naming it).
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+    return cast(Mode, mode)  # checked just above
+
+
+# ----------------------------------------------------------------------------------------------- the policy
+
+
+def model_window(model: Any) -> int | None:
+    """The context window of a chat model, in tokens: `model.profile["max_input_tokens"]` (LangChain's model
+    profile, the value `SummarizationMiddleware` reads for fractional limits). None when the model has no profile
+    or the profile does not say."""
+    profile = getattr(model, "profile", None)
+    if not isinstance(profile, dict):
+        return None
+    window = profile.get("max_input_tokens")
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def _model_name(model: Any) -> str | None:
+    for attr in ("model_name", "model"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def resolve_policy(policy: CompactionPolicy | None = None, *, model: BaseChatModel | None = None,
+                   **settings: Any) -> CompactionPolicy:
+    """The policy a front door uses: `policy` itself, or a `CompactionPolicy(**settings)`.
+
+    Settings left at None are not passed (the policy's defaults apply). When `max_input_tokens` is not given
+    and `model` is, the window (tokens) comes from the model's profile (`model_window`); `model_name` (which
+    picks the tiktoken encoding) comes from the model's `model_name` / `model` attribute when not given.
+
+    Raises:
+        ValueError: both `policy` and settings are given; or the policy is invalid (the message names the
+            setting, and says when the model's profile had no `max_input_tokens` to fall back on).
+        TypeError: `policy` is not a `CompactionPolicy`, or a setting name is unknown.
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    if policy is not None:
+        if not isinstance(policy, CompactionPolicy):
+            raise TypeError(f"policy: expected a CompactionPolicy, got {type(policy).__name__}")
+        if given:
+            raise ValueError(f"give either policy or the settings {sorted(given)}, not both")
+        return policy
+    if model is not None:
+        if given.get("max_input_tokens") is None and (window := model_window(model)) is not None:
+            given["max_input_tokens"] = window
+        if given.get("model_name") is None and (name := _model_name(model)) is not None:
+            given["model_name"] = name
+    try:
+        return CompactionPolicy(**given)
+    except ValueError as exc:
+        if given.get("max_input_tokens") is None and model is not None:
+            raise ValueError(f"{exc} (the model {type(model).__name__} has no profile['max_input_tokens']: "
+                             "pass max_input_tokens=... or a trigger such as ('tokens', 100_000))") from exc
+        raise
+
+
+def tokens_beside(counter: TokenCounter, *, system: BaseMessage | None = None, tools: Sequence[Any] = ()) -> int:
+    """Tokens sent with every model call beside the stored messages: a system message that is not in them and
+    the tool schemas bound to the model (`counter.count_message`, `counter.count_tools`). Passed to `compact` as
+    `extra_tokens`."""
+    return (counter.count_message(system) if system is not None else 0) + counter.count_tools(list(tools))
+
+
+# ----------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class CompactionPlan:
+    """What a front door does for one model call.
+
+    Attributes:
+        result: the `CompactionResult` of this call.
+        model_input: the messages to send to the model (never empty, no `RemoveMessage`). A message compaction
+            wrote (a summary, a drop marker) carries the id of the first stored message it stands in place of
+            (`writes.adopt_ids`), in both modes.
+        messages_writes: rewrite mode's writes for the stored messages, by id, to apply in order through
+            `add_messages` (`writes.by_id_writes`: the removed messages as `RemoveMessage(id=...)`, the changed
+            and new ones replacing a stored message in place); one write, or two when a repair added a message
+            where nothing was removed; empty when the stored history stays as it is (view mode, or nothing
+            changed).
+        memory: the new memory (plain JSON) to store under the memory key.
+        event: the data of this call's custom event (`events.event_payload`: the memory's "last" entry plus the
+            door and the number of stored messages), for `events.report`.
+    """
+
+    result: CompactionResult
+    model_input: list[BaseMessage]
+    messages_writes: list[list[BaseMessage]]
+    memory: dict[str, Any]
+    event: dict[str, Any]
+
+
+@dataclass
+class _Converted:
+    """The mid-history SystemMessages among the messages added since the previous call, sent as HumanMessages
+    (`structure.normalize_system_messages`) on every call, compacting or not: `repairs` (indices in the
+    compaction input) and `stored_at` (index in the stored history -> the message sent in its place)."""
+
+    repairs: list[Repair]
+    stored_at: dict[int, BaseMessage]
+
+
+_NOTHING_CONVERTED = _Converted([], {})
+"""The conversions of a call whose new messages hold no mid-history SystemMessage (never changed)."""
+
+
+def _convert_new_system_messages(stored: list[BaseMessage], base: Rebuilt | None, start: int,
+                                 to_compact: list[BaseMessage]) -> tuple[list[BaseMessage], _Converted]:
+    """`to_compact` with the mid-history SystemMessages among the new messages (stored[start:], at the end of
+    `to_compact`) sent as HumanMessages: O(new messages); the same list when there is none."""
+    first_new = len(to_compact) - (len(stored) - base.covered) if base is not None else start
+    out, repairs = normalize_system_messages(to_compact, max(first_new, 0))
+    if not repairs:
+        return out, _NOTHING_CONVERTED
+    offset = (base.covered - first_new) if base is not None else 0
+    return out, _Converted(repairs, {r.index + offset: out[r.index] for r in repairs})
+
+
+def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
+    """The previous call's memory when it is of this version and mode (else None: start from scratch)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION and memory.get("mode") == mode:
+        return memory
+    return None
+
+
+def _tally(memory: Any) -> CountTally | None:
+    """The counting tally the previous call stored (None when absent or from another memory version)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION:
+        return CountTally.from_dict(memory.get("tally"))
+    return None
+
+
+class _Planning:
+    """One model call's plan, before and after the compaction: shared by `plan_compaction` and its async twin."""
+
+    def __init__(self, messages: Sequence[Any], memory: Any, mode: str, door: Door, key: str) -> None:
+        """Read the stored history and the previous memory: only the messages added since the previous call are
+        checked and given ids, O(k)."""
+        if not messages:
+            raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
+        self.mode = check_mode(mode)
+        self.door = door
+        self.state_messages = len(messages)
+        self.previous = _memory(memory, mode)
+        self.tally = _tally(memory)
+        if mode == "view":
+            view = self.previous.get("view") if self.previous is not None else None
+            covered = view.get("covered") if isinstance(view, dict) else None
+            start = covered if isinstance(covered, int) and 0 <= covered <= len(messages) else 0
+        else:
+            start = self.tally.length if self.tally is not None and self.tally.length <= len(messages) else 0
+        self.stored = as_messages(messages, start, name=f"state[{key!r}]")
+        if self.stored is not messages:
+            start = 0  # converted: new objects, all of them to check
+        # ids before any removal: given in place to the new messages (LangGraph's add_messages has normally given
+        # them already); compact() copies duplicates when it compacts
+        fill_missing_ids(self.stored, start)
+        self.base: Rebuilt | None = (rebuild_view(self.stored, self.previous.get("view"))
+                                     if mode == "view" and self.previous is not None else None)
+        self.to_compact, self.converted = _convert_new_system_messages(
+            self.stored, self.base, start, self.base.messages if self.base is not None else self.stored)
+        """What to compact: the stored history, or in view mode the previous view plus the new messages; a
+        mid-history SystemMessage among the new messages sent as a HumanMessage (`self.converted`), on every
+        call, compacting or not."""
+
+    def finish(self, result: CompactionResult, policy: CompactionPolicy,
+               held: Sequence[BaseMessage] | None) -> CompactionPlan:
+        stored, mode = self.stored, self.mode
+        if self.converted.repairs:  # reported like any repair; in rewrite mode stored in place (same ids)
+            result = dataclasses.replace(result, repairs=[*self.converted.repairs, *result.repairs])
+        if not result.messages:  # compact never empties a non-empty history (the first request is pinned)
+            raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
+        held_ids = {m.id for m in held if m.id} if held is not None and result.compacted and mode == "rewrite" else None
+        if result.messages is not self.to_compact:
+            result = _with_messages(result, adopt_ids(self.to_compact, result.messages, held_ids), policy.counter)
+        out = result.messages
+        old = self.previous or {}
+        new_memory: dict[str, Any] = {
+            "version": MEMORY_VERSION,
+            "mode": mode,
+            "calls": int(old.get("calls", 0)) + 1,
+            "compactions": int(old.get("compactions", 0)) + int(result.compacted),
+            "last": outcome_payload(result, mode=mode),
+        }
+        if result.tally is not None:  # lets the next call count only the messages added since (O(k))
+            new_memory["tally"] = result.tally.to_dict()
+        writes: list[list[BaseMessage]] = []
+        if mode == "view":
+            new_memory["view"] = view_memory(stored, self.base, old.get("view"), out, unchanged=out is self.to_compact,
+                                             swapped=self.converted.stored_at)
+        elif result.compacted:
+            writes = by_id_writes(stored, out, held_ids)
+        event = event_payload(result, mode=mode, door=self.door, state_messages=self.state_messages,
+                              outcome=new_memory["last"])
+        # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
+        return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out),
+                              messages_writes=writes, memory=new_memory, event=event)
+
+
+def _with_messages(result: CompactionResult, messages: list[BaseMessage], counter: TokenCounter) -> CompactionResult:
+    """`result` with `messages` (the same list but for renamed copies, `adopt_ids`), and its tally moved over to
+    them (ids are not counted: the per-message counts stay), so the next call counts only what is new."""
+    if all(map(operator.is_, messages, result.messages)):
+        return result
+    tally = result.tally
+    if tally is not None:
+        counts = prefix_counts(tally, counter)
+        forget(tally, counter)
+        tally = CountTally.of(messages, tally.tokens, counter, counts)
+    return dataclasses.replace(result, messages=messages, tally=tally)
+
+
+def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
+                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                    held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
+    """Compact the stored history for one model call and say how to update the state. Used by both doors.
+
+    Args:
+        messages: the stored history (non-empty): `BaseMessage`s, or anything `convert_to_messages` accepts.
+            Messages without an id get one, in place, before anything is removed.
+        memory: what the previous call stored under the memory key (None on the first call; anything that does
+            not match the stored history is ignored and the whole history is compacted).
+        policy: the `CompactionPolicy`.
+        door: the front door that runs the call ("langgraph_node" or "agent_middleware"), for the event data.
+        mode: "rewrite" or "view" (see the module docstring of `langgraph.py`).
+        extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`; see
+            `tokens_beside`).
+        key: the state key the messages come from (named in errors).
+        held: the messages the state holds, when `messages` may differ from them (the agent middleware: another
+            middleware may have changed the model request); the writes then remove and replace only messages
+            the state holds (`writes.by_id_writes`). None: the state holds `messages`.
+
+    The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
+    `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
+    the door and the number of stored messages>, "tally": <CountTally.to_dict(): what was counted, so the next
+    call counts only the new messages>, "view": <the model input as runs of the stored history and rewritten
+    messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
+
+    Raises:
+        ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
+        InvalidHistoryError: the history breaks a pairing/order rule and the policy says `repair=False`
+            (names the message index and tool_call_id). With `repair` None (the default) the history is
+            repaired, each repair in the result, the event and the log line.
+
+    A SystemMessage among the new messages after the conversation started is sent as a HumanMessage on every
+    call, compacting or not (reported as a repair; in rewrite mode written in place, by id).
+    """
+    planning = _Planning(messages, memory, mode, door, key)
+    result = compact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally,
+                     repair=policy.repairs_by_default(True))
+    return planning.finish(result, policy, held)
+
+
+async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
+                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                           held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
+    """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
+    planning = _Planning(messages, memory, mode, door, key)
+    result = await acompact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally,
+                            repair=policy.repairs_by_default(True))
+    return planning.finish(result, policy, held)
