@@ -30,7 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = shared_dir() / "traces"
 
 SECTIONS = ("## Machine", "## Targets (issue 7)", "## Histories", "## Steady state", "## Compaction when it fires",
-            "### fill 0.85", "### fill 2.0", "## Counting accuracy", "## Where the time goes", "## How it is measured")
+            "### fill 0.85", "### fill 2.0", "## The bill under the provider's prompt cache (issue 13)",
+            "## Counting accuracy", "## Where the time goes", "## How it is measured")
+BILL_WINDOWS = (8_000, 32_000)
+BILL_CONVERSATIONS = 3  # per file: the bill table replays 9 conversations here, all of them by default
 OURS_STEADY = ("CompactionNode rewrite, exact", "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)",
                "CompactionNode view, exact", "CompactionMiddleware rewrite, exact", "CompactionNode rewrite, approximate")
 ANCHORS_STEADY = ("SummarizationMiddleware.before_model", "trim_messages (last, approximate)",
@@ -48,7 +51,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
         [sys.executable, "benchmarks/run.py", "--sizes", "60", "--repeat", "1", "--warmup", "0", "--budget", "0",
-         "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json")],
+         "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json"),
+         "--bill-windows", ",".join(str(w) for w in BILL_WINDOWS), "--identifier-windows", "4000",
+         "--bill-conversations", str(BILL_CONVERSATIONS)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (out / "RESULTS.md").read_text(encoding="utf-8"), json.loads((out / "results.json").read_text())
@@ -91,6 +96,31 @@ def test_targets_and_machine_are_reported(run):
     assert meta["cpu"] and meta["cores"] >= 1 and meta["python"].startswith(sys.version.split()[0])
     assert meta["packages"]["langchain-core"] != "not installed"
     assert meta["date"][:4] in markdown.split("## Machine")[0]
+
+
+def test_bill_table_has_every_row_at_every_window_asked(run):
+    markdown, results = run
+    from benchmarks.bill import ROWS
+
+    bill = results["bill"]
+    assert bill["conversations"] == BILL_CONVERSATIONS * len(trace_files())
+    assert list(bill["windows"]) == [str(w) for w in BILL_WINDOWS]
+    assert bill["cache_model"]["cached_price"] == 0.1 and bill["cache_model"]["min_tokens"] == 1_024
+    for window, rows in bill["windows"].items():
+        assert list(rows) == list(ROWS)
+        for name, f in rows.items():
+            assert f["calls"] > 0 and f["bill_ratio"] is not None and f["bill_ratio"] > 0, (window, name)
+            assert f["back_to_back_compactions"] <= f["compactions"] <= f["calls"], (window, name)
+            assert f["fitting_conversations_bill_raised"] <= f["fitting_conversations"] <= bill["conversations"]
+            assert f"| {int(window):,} | " in markdown and name in markdown
+    # the same calls are replayed by every row: their uncompacted bills agree
+    for rows in bill["windows"].values():
+        assert len({round(f["billed_input_uncompacted"], 1) for f in rows.values()}) == 1
+    ids = results["identifiers"]
+    assert list(ids["windows"]) == ["4000"] and ids["conversations"] == BILL_CONVERSATIONS
+    for f in ids["windows"]["4000"].values():
+        assert 0 <= f["identifiers_held"] <= f["identifiers_so_far"] and f["identifiers_so_far"] > 0
+    assert "Goals of issue 13" in markdown
 
 
 def test_accuracy_covers_every_shared_conversation(run):
