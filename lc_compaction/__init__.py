@@ -5,6 +5,7 @@ truncate old tool results, drop the oldest exchanges, summarize the older part. 
 tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
 """
 
+from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
@@ -87,6 +88,7 @@ __all__ = [
     "InvalidHistoryError",
     "LadderState",
     "MessageCounter",
+    "PromptCache",
     "Repair",
     "Strategy",
     "TiktokenCounter",
