@@ -229,3 +229,25 @@ def test_cli_table_names_the_cache_model_and_the_bill():
     assert result.exit_code == 0
     assert "cache model: openai prompt cache" in result.stdout and "0.25 of the input price" in result.stdout
     assert "back-to-back" in result.stdout and "ratio" in result.stdout and "ids kept" in result.stdout
+
+
+def test_plot_bill_draws_each_call_bill_with_and_without_compaction():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from lc_compaction.report import plot_bill
+
+    replay = replay_conversation(_tool_loop(), CompactionPolicy(max_input_tokens=6_000))
+    for cumulative in (False, True):
+        ax = Figure().subplots()
+        assert plot_bill({"default": replay}, ax=ax, cumulative=cumulative) is ax
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        with_, without = [c.billed_input for c in replay.calls], [c.billed_input_uncompacted for c in replay.calls]
+        if cumulative:
+            with_ = [sum(with_[:k + 1]) for k in range(len(with_))]
+            without = [sum(without[:k + 1]) for k in range(len(without))]
+        assert list(lines["default"].get_ydata()) == pytest.approx(with_)
+        assert list(lines["no compaction"].get_ydata()) == pytest.approx(without)
+        dots = lines["compacted"]
+        assert list(dots.get_xdata()) == [c.index for c in replay.calls if c.compacted]
+        assert "0.1" in ax.get_ylabel()
