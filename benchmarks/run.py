@@ -43,7 +43,7 @@ from benchmarks.bill import BILL_WINDOWS, IDENTIFIER_WINDOWS, bill_benchmark, id
 from benchmarks.cells import HEADLINE, Cell, Situation, firing_cells, headline_cell, steady_cells
 from benchmarks.machine import machine_info
 from benchmarks.profiling import profile_calls
-from benchmarks.results import render, summary, targets
+from benchmarks.results import bill_targets, render, render_bill, summary, targets
 from benchmarks.session import (
     DEFAULT_TRACES_DIR,
     REPO_ROOT,
@@ -160,6 +160,23 @@ def _windows(value: str) -> list[int]:
     return windows
 
 
+def bill_tables(traces: Path, *, model_name: str, bill_windows: list[int] | None = None,
+                identifier_windows: list[int] | None = None, bill_conversations: int | None = None
+                ) -> dict[str, Any]:
+    """`{"bill": ..., "identifiers": ...}` (`bill.bill_benchmark`, `bill.identifier_benchmark`; a table whose
+    window list is empty is left out; None: the default windows)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bill-") as tmp:
+        paths = limited(trace_files(traces), bill_conversations, Path(tmp))
+        bill_windows = list(BILL_WINDOWS) if bill_windows is None else bill_windows
+        identifier_windows = list(IDENTIFIER_WINDOWS) if identifier_windows is None else identifier_windows
+        if bill_windows:
+            out["bill"] = bill_benchmark(paths, windows=bill_windows, model_name=model_name)
+        if identifier_windows:
+            out["identifiers"] = identifier_benchmark(paths, windows=identifier_windows, model_name=model_name)
+    return out
+
+
 def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float, traces: Path, model_name: str,
                   memory: bool = True, profile: bool = True, progress: bool = True,
                   bill_windows: list[int] | None = None, identifier_windows: list[int] | None = None,
@@ -220,14 +237,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
         fire = firing_cells(situations[psize], FILLS[0])[0]
         results["profiles"].append({"title": f"{fire.name}, firing at fill {FILLS[0]}, {situations[psize].messages:,} messages",
                                     **profile_calls(fire.setup, fire.run, calls=3)})
-    with tempfile.TemporaryDirectory(prefix="bill-") as tmp:
-        paths = limited(trace_files(traces), bill_conversations, Path(tmp))
-        bill_windows = list(BILL_WINDOWS) if bill_windows is None else bill_windows
-        identifier_windows = list(IDENTIFIER_WINDOWS) if identifier_windows is None else identifier_windows
-        if bill_windows:
-            results["bill"] = bill_benchmark(paths, windows=bill_windows, model_name=model_name)
-        if identifier_windows:
-            results["identifiers"] = identifier_benchmark(paths, windows=identifier_windows, model_name=model_name)
+    results.update(bill_tables(traces, model_name=model_name, bill_windows=bill_windows,
+                               identifier_windows=identifier_windows, bill_conversations=bill_conversations))
     rows, facts = accuracy(records, model_name)
     results["accuracy"] = {"facts": facts, "rows": [
         {"counter": r.counter, "reference": r.reference, "median": r.median, "median_abs": r.median_abs,
@@ -250,8 +261,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
 @click.option("--traces", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help=f"Folder of *.jsonl recorded conversations [default: {DEFAULT_TRACES_DIR}].")
 @click.option("--model-name", default="gpt-4o", show_default=True, help="Chooses the tiktoken encoding.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              default=REPO_ROOT / "benchmarks" / "RESULTS.md", show_default=True, help="The Markdown report.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The Markdown report. [default: benchmarks/RESULTS.md, or benchmarks/BILL.md with --bill-only]")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw results as JSON here.")
 @click.option("--no-memory", is_flag=True, help="Skip the tracemalloc pass (peak memory).")
@@ -263,21 +274,35 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
 @click.option("--bill-conversations", type=click.IntRange(1), default=None,
               help="Replay only the first N conversations of each file in the bill and identifier tables "
                    "[default: all].")
+@click.option("--bill-only", is_flag=True,
+              help="Only the bill and identifier tables (no timing: their figures do not depend on the machine).")
 def main(sizes: str, repeat: int, warmup: int, budget_s: float, traces: Path | None, model_name: str,
-         output: Path, json_path: Path | None, no_memory: bool, no_profile: bool, bill_windows: str,
-         identifier_windows: str, bill_conversations: int | None) -> None:
+         output: Path | None, json_path: Path | None, no_memory: bool, no_profile: bool, bill_windows: str,
+         identifier_windows: str, bill_conversations: int | None, bill_only: bool) -> None:
     """Benchmark compaction per model call against LangChain's anchors; write the Markdown report."""
     warnings.simplefilter("ignore")  # deprecation notices of the anchors would drown the progress bar
     traces_dir = traces or DEFAULT_TRACES_DIR
     if not traces_dir.is_dir():
         raise click.ClickException(f"no traces folder at {traces_dir}; give --traces DIR")
+    command = "python benchmarks/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+    windows = {"bill_windows": _windows(bill_windows) if bill_windows.strip() else [],
+               "identifier_windows": _windows(identifier_windows) if identifier_windows.strip() else []}
+    if bill_only:
+        output = output or REPO_ROOT / "benchmarks" / "BILL.md"
+        started = time.perf_counter()
+        tables = bill_tables(traces_dir, model_name=model_name, bill_conversations=bill_conversations, **windows)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(render_bill(tables, command=command), encoding="utf-8")
+        if json_path is not None:
+            json_path.write_text(json.dumps(tables, indent=1), encoding="utf-8")
+        click.echo("\n".join(f"{t['status']:>7}  {t['target']}: {t['measured']}" for t in bill_targets(tables)))
+        click.echo(f"wrote {output} ({time.perf_counter() - started:.0f} s)")
+        return
+    output = output or REPO_ROOT / "benchmarks" / "RESULTS.md"
     results = run_benchmark(sizes=_sizes(sizes), repeat=repeat, warmup=warmup, budget_s=budget_s,
                             traces=traces_dir, model_name=model_name, memory=not no_memory,
                             profile=not no_profile, progress=sys.stderr.isatty(),
-                            bill_windows=_windows(bill_windows) if bill_windows.strip() else [],
-                            identifier_windows=_windows(identifier_windows) if identifier_windows.strip() else [],
-                            bill_conversations=bill_conversations)
-    command = "python benchmarks/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+                            bill_conversations=bill_conversations, **windows)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(results, command=command), encoding="utf-8")
     if json_path is not None:

@@ -204,3 +204,17 @@ def test_chatopenai_convention_is_what_chatopenai_sends(conv_id):
     assert [m["role"] for m in wire] == [m["role"] for m in record.messages]
     if conv_id.startswith("tau-bench"):  # the recording's compact JSON is re-serialized with spaces
         assert reference_tokens(record.messages, enc, "name + args (recorded)") < sent
+
+
+def test_bill_only_writes_the_bill_tables_without_timing(tmp_path: Path):
+    out = tmp_path / "BILL.md"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--bill-only", "--bill-windows", "8000", "--identifier-windows", "",
+         "--bill-conversations", "2", "--traces", str(TRACES), "--output", str(out), "--json", str(tmp_path / "b.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    markdown = out.read_text(encoding="utf-8")
+    assert "| 8,000 | **default policy** |" in markdown and "Goals of issue 13" in markdown
+    assert "## Steady state" not in markdown and "## Machine" not in markdown
+    tables = json.loads((tmp_path / "b.json").read_text())
+    assert set(tables) == {"bill"} and tables["bill"]["conversations"] == 2 * len(trace_files())
