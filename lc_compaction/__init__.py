@@ -7,6 +7,7 @@ tool_calls and their ToolMessages are one unit: never orphaned, split or duplica
 
 from typing import Any
 
+from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
@@ -90,6 +91,7 @@ __all__ = [
     "InvalidHistoryError",
     "LadderState",
     "MessageCounter",
+    "PromptCache",
     "Repair",
     "Strategy",
     "TiktokenCounter",
