@@ -84,16 +84,19 @@ class LadderState:
       the request of any exchange that holds a protected message) or in the kept recent part.
     - `fixed_tokens`: tokens counted beside the messages (reply priming, system prompt and tool schemas
       passed separately): part of `total()`.
+    - `offload`: the caller writes every original this compaction takes out to a store before using the result
+      (`lc_compaction.offload`): notes tell the model how to recall them.
     """
 
     def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
-                 goal_tokens: int | None, goal_messages: int | None, pass_name: str):
+                 goal_tokens: int | None, goal_messages: int | None, pass_name: str, offload: bool = False):
         self.slots = slots
         self.counter = counter
         self.fixed_tokens = fixed_tokens
         self.goal_tokens = goal_tokens
         self.goal_messages = goal_messages
         self.pass_name = pass_name
+        self.offload = offload
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
