@@ -157,15 +157,20 @@ class CompactionPolicy:
                     raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
         self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
         self._check_offload()
+        self._check_offload_above()
 
     def _check_offload(self) -> None:
-        from langgraph.store.base import BaseStore
-
         if self.offload is False:
             self.offload = None
-        if self.offload is not None and self.offload is not True and not isinstance(self.offload, BaseStore):
+        if self.offload is not None and self.offload is not True:
+            from langgraph.store.base import BaseStore  # only when a store is given: the core needs no LangGraph
+
+            if isinstance(self.offload, BaseStore):
+                return
             raise ValueError(f"offload: expected a LangGraph BaseStore, True (the graph's store) or None, "
                              f"got {type(self.offload).__name__}")
+
+    def _check_offload_above(self) -> None:
         above = self.offload_above
         if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above <= 0):
             raise ValueError(f"offload_above: must be a positive int (tokens) or None, got {above!r}")

@@ -59,6 +59,7 @@ from typing_extensions import Required, TypedDict
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.integrations.events import areport, event_payload, report
+from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded, offload_target
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.policy import CompactionPolicy
 
@@ -269,7 +270,8 @@ def _finish(stored: list[BaseMessage], base: Rebuilt | None, compacted_from: lis
 
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
-                    extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                    extra_tokens: int = 0, key: str = "messages", offload: OffloadTarget | None = None
+                    ) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -281,6 +283,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
         mode: "rewrite" or "view" (see the module docstring).
         extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`).
         key: the state key the messages come from (named in errors).
+        offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
+            `policy.offload` is on: the writes happen here, before the plan is returned.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call>,
@@ -296,18 +300,21 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
-    return _finish(stored, base, to_compact, memory, mode,
-                   compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
+    result = (compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally) if offload is None else
+              compact_offloaded(to_compact, policy, offload, extra_tokens=extra_tokens, tally=tally))
+    return _finish(stored, base, to_compact, memory, mode, result)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
-                           extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                           extra_tokens: int = 0, key: str = "messages", offload: OffloadTarget | None = None
+                           ) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     if not messages:
         raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
     stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
-    return _finish(stored, base, to_compact, memory, mode,
-                   await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally))
+    result = (await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally) if offload is None else
+              await acompact_offloaded(to_compact, policy, offload, extra_tokens=extra_tokens, tally=tally))
+    return _finish(stored, base, to_compact, memory, mode, result)
 
 
 # ----------------------------------------------------------------------------------------------- the node
@@ -332,6 +339,10 @@ class CompactionNode(Runnable[dict, dict]):
         max_input_tokens, trigger, keep, target, reserve, strategies, token_counter, model_name, pin, repair:
             `CompactionPolicy` settings (same names and units; `trigger`, `keep` and `token_counter` are the
             names LangChain's `SummarizationMiddleware` uses).
+        offload, offload_above: offload what compaction takes out (`lc_compaction.offload`): a `BaseStore`, or
+            True for the graph's store (`builder.compile(store=...)`); the run's config must carry a
+            `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result` to the agent's tools so the
+            model can read it back.
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
         rewrite: `{messages_key: changed messages or [RemoveMessage(REMOVE_ALL_MESSAGES), *compacted],
@@ -352,13 +363,14 @@ class CompactionNode(Runnable[dict, dict]):
                  name: str = "compaction", max_input_tokens: int | None = None, trigger: Any = None,
                  keep: Any = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
-                 pin: Any = None, repair: bool | None = None) -> None:
+                 pin: Any = None, repair: bool | None = None, offload: Any = None,
+                 offload_above: int | None = None) -> None:
         if mode not in _MODES:
             raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
-            repair=repair)
+            repair=repair, offload=offload, offload_above=offload_above)
         self.mode: Mode = mode
         self.messages_key = messages_key
         self.output_key = output_key
@@ -415,7 +427,7 @@ class CompactionNode(Runnable[dict, dict]):
         if not messages:
             return {}
         plan = plan_compaction(messages, memory, self.policy, mode=self.mode, extra_tokens=self.extra_tokens,
-                               key=self.messages_key)
+                               key=self.messages_key, offload=offload_target(self.policy, config=config))
         report(plan.result, mode=self.mode, door="langgraph_node", config=config, state_messages=len(messages),
                base=plan.memory["last"])
         return self._update(plan)
@@ -425,7 +437,8 @@ class CompactionNode(Runnable[dict, dict]):
         if not messages:
             return {}
         plan = await aplan_compaction(messages, memory, self.policy, mode=self.mode,
-                                      extra_tokens=self.extra_tokens, key=self.messages_key)
+                                      extra_tokens=self.extra_tokens, key=self.messages_key,
+                                      offload=offload_target(self.policy, config=config))
         await areport(plan.result, mode=self.mode, door="langgraph_node", config=config,
                       state_messages=len(messages), base=plan.memory["last"])
         return self._update(plan)
