@@ -1,4 +1,5 @@
-"""Offload and recall (lc_compaction.offload, integrations/offload.py, integrations/recall.py) on InMemoryStore.
+"""Offload and recall (lc_compaction.offload, integrations/offload.py, integrations/recall.py), each test on
+InMemoryStore and on PostgresStore (a real server: tests/conftest.py, scripts/postgres).
 
 - offload then recall, through the real tool in a compiled graph (ToolNode injects the runtime), gives the
   original back byte-identical: text, content blocks, a very long result, non-ASCII (NUL, emoji, CJK, a lone
@@ -21,6 +22,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from lc_compaction import CompactionPolicy, compact
@@ -85,8 +87,8 @@ def recall_all(graph: Any, thread: str, tool_call_id: str, length: int | None = 
 
 
 @pytest.mark.parametrize("content", [LONG, UNICODE * 20, BLOCKS], ids=["very-long", "non-ascii", "blocks"])
-def test_offload_then_recall_is_byte_identical(content: Any) -> None:
-    store = InMemoryStore()
+def test_offload_then_recall_is_byte_identical(content: Any, backend: Any) -> None:
+    store = backend[0]
     messages = history([content, LONG])
     target = OffloadTarget(store, "thread-A")
     result = compact_offloaded(messages, policy(store), target)
@@ -103,8 +105,8 @@ def test_offload_then_recall_is_byte_identical(content: Any) -> None:
     assert json.dumps(message_to_dict(back)) == json.dumps(message_to_dict(messages[3]))
 
 
-def test_truncation_note_names_the_handle_and_only_stored_results() -> None:
-    store = InMemoryStore()
+def test_truncation_note_names_the_handle_and_only_stored_results(backend: Any) -> None:
+    store = backend[0]
     result = compact_offloaded(history([LONG, LONG]), policy(store), OffloadTarget(store, "t"))
     notes = [m for m in result.messages if m.type == "tool" and is_truncated(m)]
     assert notes
@@ -113,8 +115,8 @@ def test_truncation_note_names_the_handle_and_only_stored_results() -> None:
         assert store.get(offload_namespace("t"), m.tool_call_id) is not None
 
 
-def test_slice_recall_in_characters_and_capped() -> None:
-    store = InMemoryStore()
+def test_slice_recall_in_characters_and_capped(backend: Any) -> None:
+    store = backend[0]
     compact_offloaded(history([UNICODE * 20, LONG]), policy(store), OffloadTarget(store, "s"))
     graph = recall_graph(store)
     text = recall_text(UNICODE * 20)
@@ -129,8 +131,8 @@ def test_slice_recall_in_characters_and_capped() -> None:
     assert "past the end" in past.content and text[:20] not in past.content
 
 
-def test_recall_from_another_thread_is_refused() -> None:
-    store = InMemoryStore()
+def test_recall_from_another_thread_is_refused(backend: Any) -> None:
+    store = backend[0]
     compact_offloaded(history([LONG, LONG]), policy(store), OffloadTarget(store, "alice"))
     graph = recall_graph(store)
     assert recall(graph, "alice", "call0").content.startswith(LONG[:100])
@@ -139,10 +141,10 @@ def test_recall_from_another_thread_is_refused() -> None:
     assert load_offloaded(store, "bob", "call0") is None
 
 
-def test_thread_namespace_is_per_thread_and_escapes_periods() -> None:
+def test_thread_namespace_is_per_thread_and_escapes_periods(backend: Any) -> None:
     assert offload_namespace("user.42") == ("lc_compaction", "offload", "user%2E42", "tool_result")
     assert offload_namespace("user%2E42") != offload_namespace("user.42")
-    store = InMemoryStore()
+    store = backend[0]
     compact_offloaded(history([LONG, LONG]), policy(store), OffloadTarget(store, "user.42"))
     assert store.get(("lc_compaction", "offload", "user%2E42", "tool_result"), "call0") is not None
     assert recall_all(recall_graph(store), "user.42", "call0") == LONG
@@ -150,28 +152,28 @@ def test_thread_namespace_is_per_thread_and_escapes_periods() -> None:
         offload_namespace("")
 
 
-class FlakyStore(InMemoryStore):
-    """An InMemoryStore that counts its writes and can refuse them (raises on a batch holding a PutOp)."""
+class FlakyStore(BaseStore):
+    """A store in front of another that counts the writes and can refuse them (raises on a batch with a PutOp)."""
 
-    def __init__(self, fail_puts: bool = False) -> None:
-        super().__init__()
+    def __init__(self, inner: BaseStore, fail_puts: bool = False) -> None:
+        self.inner = inner
         self.fail_puts = fail_puts
         self.puts = 0
 
     def batch(self, ops: Any) -> list:
         ops = list(ops)
-        n = sum(1 for op in ops if type(op).__name__ == "PutOp")
+        n = sum(1 for op in ops if isinstance(op, PutOp))
         if n and self.fail_puts:
             raise ConnectionError("store unavailable")
         self.puts += n
-        return super().batch(ops)
+        return self.inner.batch(ops)
 
     async def abatch(self, ops: Any) -> list:
         return self.batch(ops)
 
 
-def test_a_failed_write_loses_nothing() -> None:
-    store = FlakyStore(fail_puts=True)
+def test_a_failed_write_loses_nothing(backend: Any) -> None:
+    store = FlakyStore(backend[0], fail_puts=True)
     messages = history([LONG, LONG, LONG])
     snapshot = [json.dumps(message_to_dict(m)) for m in messages]
     result = compact_offloaded(messages, policy(store), OffloadTarget(store, "t"))
@@ -183,8 +185,8 @@ def test_a_failed_write_loses_nothing() -> None:
     assert store.puts == 0 and messages[3].content == LONG
 
 
-def test_a_conflicting_record_keeps_that_message_and_offloads_others() -> None:
-    store = InMemoryStore()
+def test_a_conflicting_record_keeps_that_message_and_offloads_others(backend: Any) -> None:
+    store = backend[0]
     store.put(offload_namespace("t"), "call0", {"v": 1, "message": "{}", "sha256": "different"})
     messages = history([LONG, LONG, LONG])
     result = compact_offloaded(messages, policy(store), OffloadTarget(store, "t"))
@@ -200,8 +202,8 @@ def test_a_conflicting_record_keeps_that_message_and_offloads_others() -> None:
         assert message_to_dict(back) == message_to_dict(originals[back.id])
 
 
-def test_no_double_write() -> None:
-    store = FlakyStore()
+def test_no_double_write(backend: Any) -> None:
+    store = FlakyStore(backend[0])
     messages = history([LONG, LONG])
     first = compact_offloaded(messages, policy(store), OffloadTarget(store, "t"))
     writes = store.puts
@@ -215,8 +217,8 @@ def test_no_double_write() -> None:
     assert recall_all(recall_graph(store), "t", "call0") == LONG
 
 
-def test_offloaded_content_is_counted_nowhere_in_the_model_input() -> None:
-    store = InMemoryStore()
+def test_offloaded_content_is_counted_nowhere_in_the_model_input(backend: Any) -> None:
+    store = backend[0]
     pol = policy(store)
     result = compact_offloaded(history([LONG, UNICODE * 20, "y" * 3_000]), pol, OffloadTarget(store, "t"))
     assert result.tokens_after == pol.counter.count_messages(result.messages)  # reply priming included
@@ -228,8 +230,8 @@ def test_offloaded_content_is_counted_nowhere_in_the_model_input() -> None:
     assert result.fits and result.tokens_after <= pol.budget_tokens()
 
 
-def test_a_huge_result_is_offloaded_on_arrival_under_the_trigger() -> None:
-    store = InMemoryStore()
+def test_a_huge_result_is_offloaded_on_arrival_under_the_trigger(backend: Any) -> None:
+    store = backend[0]
     pol = CompactionPolicy(max_input_tokens=1_000_000, offload=store, offload_above=2_000)
     messages = history([LONG], n_filler=0)
     assert not pol.is_triggered(pol.counter.count_messages(messages), len(messages))
@@ -245,8 +247,8 @@ def test_a_huge_result_is_offloaded_on_arrival_under_the_trigger() -> None:
     assert again.messages is result.messages and again.offload is None
 
 
-def test_a_recall_answer_is_never_offloaded_on_arrival() -> None:
-    store = InMemoryStore()
+def test_a_recall_answer_is_never_offloaded_on_arrival(backend: Any) -> None:
+    store = backend[0]
     pol = CompactionPolicy(max_input_tokens=1_000_000, offload=store, offload_above=100)
     messages = [HumanMessage("q", id="h"), AIMessage("", id="a", tool_calls=[
         {"name": RECALL_TOOL_NAME, "args": {"tool_call_id": "x"}, "id": "rc"}]),
@@ -255,8 +257,8 @@ def test_a_recall_answer_is_never_offloaded_on_arrival() -> None:
     assert result.messages is messages and not result.actions
 
 
-def test_compact_alone_refuses_an_offload_policy_and_plans_with_offload_true() -> None:
-    store = InMemoryStore()
+def test_compact_alone_refuses_an_offload_policy_and_plans_with_offload_true(backend: Any) -> None:
+    store = backend[0]
     with pytest.raises(ValueError, match="no I/O"):
         compact(history([LONG, LONG]), policy(store))
     result = compact(history([LONG, LONG]), policy(store), offload=True)
@@ -275,9 +277,9 @@ def test_policy_validates_offload_settings() -> None:
         offload_target(policy(True), config={"configurable": {"thread_id": "x"}})
 
 
-def test_async_twin_offloads_and_recalls() -> None:
+def test_async_twin_offloads_and_recalls(backend: Any) -> None:
     async def main() -> None:
-        store = InMemoryStore()
+        store = backend[0]
         result = await acompact_offloaded(history([BLOCKS, LONG]), policy(store), OffloadTarget(store, "t"))
         assert result.offload["written"] >= 1
         graph = recall_graph(store)

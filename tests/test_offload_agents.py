@@ -7,6 +7,8 @@
 - `create_react_agent(..., pre_model_hook=CompactionNode(offload=True), tools=[..., recall_tool_result])` and a
   checkpointer: the same round trip through the LangGraph node; events carry the offload report.
 - Without a thread id, or without a store, the run stops with a clear error (nothing is silently lost).
+
+The two runs are made on InMemoryStore + InMemorySaver and on PostgresStore + PostgresSaver (a real server).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from lc_compaction.integrations import CompactionMiddleware, CompactionNode, recall_tool_result
@@ -69,7 +70,7 @@ def by_call(messages: list, cid: str) -> ToolMessage:
     return next(m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == cid)
 
 
-def check_round_trip(model: ReplayChatModel, store: InMemoryStore, thread: str) -> None:
+def check_round_trip(model: ReplayChatModel, store: Any, thread: str) -> None:
     """The call before the first recall saw report 1 truncated with the handle; the two recall answers the model
     received are report 1 byte for byte; report 5 was a preview when it arrived."""
     recall_at = next(i for i, msgs in enumerate(model.calls) if by_call_or_none(msgs, "r1"))
@@ -91,13 +92,13 @@ def by_call_or_none(messages: list, cid: str) -> ToolMessage | None:
     return next((m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == cid), None)
 
 
-def test_create_agent_truncates_then_recalls_through_the_tool() -> None:
-    store = InMemoryStore()
+def test_create_agent_truncates_then_recalls_through_the_tool(backend: Any) -> None:
+    store, checkpointer = backend
     model = ReplayChatModel(messages=iter(script()), profile={"max_input_tokens": WINDOW},
                             on_call=lambda i, received, kwargs: fits(received, kwargs))
     middleware = CompactionMiddleware(offload=True)
     assert [t.name for t in middleware.tools] == [RECALL_TOOL_NAME]
-    agent = create_agent(model, [get_report], middleware=[middleware], store=store, checkpointer=InMemorySaver())
+    agent = create_agent(model, [get_report], middleware=[middleware], store=store, checkpointer=checkpointer)
     config = {"configurable": {"thread_id": "alice"}}
     out = agent.invoke({"messages": [{"role": "user", "content": "Get reports 1 to 5, then read report 1 again."}]},
                        config)
@@ -110,15 +111,15 @@ def test_create_agent_truncates_then_recalls_through_the_tool() -> None:
                                                                   if getattr(m, "tool_call_id", "")[:1] == "c")
 
 
-def test_create_react_agent_with_the_node_recalls_and_reports() -> None:
+def test_create_react_agent_with_the_node_recalls_and_reports(backend: Any) -> None:
     from langgraph.prebuilt import create_react_agent
 
-    store = InMemoryStore()
+    store, checkpointer = backend
     model = ReplayChatModel(messages=iter(script()), profile={"max_input_tokens": WINDOW},
                             on_call=lambda i, received, kwargs: fits(received, kwargs))
     tools = [get_report, recall_tool_result]
     node = CompactionNode(model=model, tools=tools, offload=True)
-    agent = create_react_agent(model, tools, pre_model_hook=node, store=store, checkpointer=InMemorySaver())
+    agent = create_react_agent(model, tools, pre_model_hook=node, store=store, checkpointer=checkpointer)
     log = EventLog()
     agent.invoke({"messages": [{"role": "user", "content": "Get reports 1 to 5, then read report 1 again."}]},
                  {"configurable": {"thread_id": "bob"}, "callbacks": [log]})
