@@ -35,7 +35,8 @@ from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.tally import CountTally
 
-__all__ = ["OffloadTarget", "acompact_offloaded", "compact_offloaded", "graph_store", "offload_target"]
+__all__ = ["OffloadTarget", "acompact_offloaded", "compact_offloaded", "graph_store", "offload_target",
+           "write_offloads"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +132,34 @@ class _Offloads:
             self.done.add((r.kind, r.key))
             self.written.append(r.key)
 
+    def write(self, todo: list[OffloadRecord]) -> None:
+        """Write `todo` (sync): failures are recorded, never raised."""
+        if self.down is not None:
+            for r in todo:
+                self.fail(r, self.down)
+            return
+        try:
+            puts = self.puts(todo, self.target.store.batch(self.gets(todo)))
+            if puts:
+                self.target.store.batch([op for _, op in puts])
+                self.wrote(puts)
+        except Exception as exc:
+            self.store_failed(todo, exc)
+
+    async def awrite(self, todo: list[OffloadRecord]) -> None:
+        """Async twin of `write`."""
+        if self.down is not None:
+            for r in todo:
+                self.fail(r, self.down)
+            return
+        try:
+            puts = self.puts(todo, await self.target.store.abatch(self.gets(todo)))
+            if puts:
+                await self.target.store.abatch([op for _, op in puts])
+                self.wrote(puts)
+        except Exception as exc:
+            self.store_failed(todo, exc)
+
     def store_failed(self, records: Sequence[OffloadRecord], exc: BaseException) -> None:
         self.down = f"{type(exc).__name__}: {exc}"
         for r in records:
@@ -160,6 +189,15 @@ class _Offloads:
                               "written": len(self.written), "already_stored": self.already,
                               "failed": list(self.failed.values()), "written_keys": list(self.written)}
         return result
+
+
+def write_offloads(records: Sequence[OffloadRecord], target: OffloadTarget) -> dict[str, Any]:
+    """Write `records` to `target` as `compact_offloaded` does (one batched lookup, one batched put of the missing
+    ones); return `{"written", "already_stored", "failed"}` (counts, and `[{"id", "key", "error"}]`). Never raises
+    for a store error (it is in "failed")."""
+    state = _Offloads(CompactionPolicy(max_input_tokens=1), target)
+    state.write(list(records))
+    return {"written": len(state.written), "already_stored": state.already, "failed": list(state.failed.values())}
 
 
 def _restore(result: CompactionResult, original: Sequence[BaseMessage], ids: set[str],
@@ -209,17 +247,8 @@ def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target:
         result = compact(messages, run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally, offload=True)
         todo = state.todo(result)
         before = len(state.failed)
-        if todo and state.down is not None:
-            for r in todo:
-                state.fail(r, state.down)
-        elif todo:
-            try:
-                puts = state.puts(todo, target.store.batch(state.gets(todo)))
-                if puts:
-                    target.store.batch([op for _, op in puts])
-                    state.wrote(puts)
-            except Exception as exc:
-                state.store_failed(todo, exc)
+        if todo:
+            state.write(todo)
         state.runs += 1
         if len(state.failed) == before:
             return state.finish(result, messages)
@@ -238,17 +267,8 @@ async def acompact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, 
                                 offload=True)
         todo = state.todo(result)
         before = len(state.failed)
-        if todo and state.down is not None:
-            for r in todo:
-                state.fail(r, state.down)
-        elif todo:
-            try:
-                puts = state.puts(todo, await target.store.abatch(state.gets(todo)))
-                if puts:
-                    await target.store.abatch([op for _, op in puts])
-                    state.wrote(puts)
-            except Exception as exc:
-                state.store_failed(todo, exc)
+        if todo:
+            await state.awrite(todo)
         state.runs += 1
         if len(state.failed) == before:
             return state.finish(result, messages)
