@@ -92,11 +92,12 @@ def by_call_or_none(messages: list, cid: str) -> ToolMessage | None:
     return next((m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == cid), None)
 
 
-def test_create_agent_truncates_then_recalls_through_the_tool(backend: Any) -> None:
+@pytest.mark.parametrize("mode", ["rewrite", "view"])
+def test_create_agent_truncates_then_recalls_through_the_tool(backend: Any, mode: str) -> None:
     store, checkpointer = backend
     model = ReplayChatModel(messages=iter(script()), profile={"max_input_tokens": WINDOW},
                             on_call=lambda i, received, kwargs: fits(received, kwargs))
-    middleware = CompactionMiddleware(offload=True)
+    middleware = CompactionMiddleware(offload=True, mode=mode)
     assert [t.name for t in middleware.tools] == [RECALL_TOOL_NAME]
     agent = create_agent(model, [get_report], middleware=[middleware], store=store, checkpointer=checkpointer)
     config = {"configurable": {"thread_id": "alice"}}
@@ -105,10 +106,12 @@ def test_create_agent_truncates_then_recalls_through_the_tool(backend: Any) -> N
     assert out["messages"][-1].content == "Report 1 recalled."
     assert RECALL_TOOL_NAME in [t["function"]["name"] for t in model.call_kwargs[0]["tools"]]
     check_round_trip(model, store, "alice")
-    # what the agent stores holds no original that was offloaded: the notes and previews only
     stored = agent.get_state(config).values["messages"]
-    assert report_text(1, SIZES[1])[3_000:3_200] not in "".join(str(m.content) for m in stored
-                                                                  if getattr(m, "tool_call_id", "")[:1] == "c")
+    kept = "".join(str(m.content) for m in stored if getattr(m, "tool_call_id", "")[:1] == "c")
+    if mode == "rewrite":  # the stored history holds no original that was offloaded: the notes and previews only
+        assert report_text(1, SIZES[1])[3_000:3_200] not in kept
+    else:  # view mode stores everything, and only the model input is compacted
+        assert report_text(1, SIZES[1]) in kept
 
 
 def test_create_react_agent_with_the_node_recalls_and_reports(backend: Any) -> None:
