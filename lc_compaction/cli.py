@@ -3,7 +3,7 @@
     lc-compaction replay [TRACE.jsonl ...] [--max-input-tokens N] [--trigger KIND=VALUE ...] [--keep KIND=VALUE]
                          [--target KIND=VALUE] [--reserve N] [--token-counter exact|approximate]
                          [--model-name NAME] [--json] [--plot PNG]
-    lc-compaction compact [MESSAGES.json | -] [the same policy options] [--output-format ...] [--report]
+    lc-compaction compact [MESSAGES.json | TRACE.jsonl | -] [the same policy options] [--output-format ...] [--report]
     lc-compaction --version
 
 Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `tokens=6000`, `fraction=0.8`,
@@ -143,8 +143,9 @@ def main() -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
               help="Draw the context size per call with and without compaction to this PNG file.")
 def replay(traces: tuple[Path, ...], as_json: bool, plot: Path | None, **settings: Any) -> None:
-    """Replay recorded conversations (OpenAI chat format JSONL) as the agent loop would have run them,
-    compacting before every model call. With no TRACE, replays the bundled example conversations."""
+    """Replay recorded conversations (OpenAI chat format JSONL, one conversation a line; or a JSON list of one
+    conversation's messages, what `compact` reads) as the agent loop would have run them, compacting before
+    every model call. With no TRACE, replays the bundled example conversations."""
     from lc_compaction.replay import ReplayError, replay_files
     from lc_compaction.traces import TraceFormatError, bundled_traces
 
@@ -173,7 +174,9 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
     try:
         from matplotlib.figure import Figure  # no pyplot: renders with Agg, touches no global backend state
     except ImportError:
-        raise click.UsageError("--plot needs matplotlib: pip install 'lc-compaction[plot]'") from None
+        from lc_compaction._extras import install_hint
+
+        raise click.UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     from lc_compaction.report import plot_context
 
     triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens)
@@ -214,48 +217,49 @@ def _table(data: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- compact
-@main.command("compact", short_help="Compact one message list (JSON) and print the result.")
-@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@main.command("compact", short_help="Compact a message list (JSON) or trace JSONL and print the result.")
+@click.argument("source", type=click.File("rb"), default="-")
 @_policy_options
 @click.option("--output-format", type=click.Choice(["auto", "openai", "langchain"]), default="auto",
               show_default=True, help="auto: the input's format (OpenAI dicts, or LangChain messages_to_dict).")
-@click.option("--report", is_flag=True, help="Also print what was done (CompactionResult.to_dict()) to stderr.")
+@click.option("--report", is_flag=True, help="Also print what was done to stderr: CompactionResult.to_dict() "
+                                             "without removed_ids (the actions name every removed message once).")
 def compact_command(source: Any, output_format: str, report: bool, **settings: Any) -> None:
-    """Compact one message list (a JSON list of OpenAI-format or LangChain messages, or a trace line with
-    "messages") read from SOURCE (a file, or - for stdin) and print the compacted list as JSON."""
-    from langchain_core.messages import convert_to_openai_messages, messages_from_dict, messages_to_dict
+    """Compact conversations read from SOURCE (a file, or - for stdin) and print them compacted, in the input's
+    layout: a JSON list of messages (OpenAI format or LangChain messages_to_dict) gives a JSON list; trace JSONL
+    (one {"messages": [...]} object a line, what `replay` reads) gives JSONL, each line the same object with its
+    messages compacted; one trace object over several lines gives that object."""
+    from langchain_core.messages import convert_to_openai_messages, messages_to_dict
 
     from lc_compaction.compact import compact
     from lc_compaction.structure import InvalidHistoryError
-    from lc_compaction.traces import TraceFormatError, parse_messages
+    from lc_compaction.traces import TraceFormatError, parse_trace_input
 
     policy = _make_policy(**settings)
-    name = source.name if source.name != "<stdin>" else "<stdin>"
+    name = source.name if isinstance(getattr(source, "name", None), str) else "<stdin>"
     try:
-        data = json.load(source)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{name} line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
-    prefix = "messages"
-    if isinstance(data, dict) and "messages" in data:
-        data = data["messages"]
-    elif isinstance(data, list):
-        prefix = ""
-    is_langchain = isinstance(data, list) and bool(data) and all(isinstance(m, dict) and "data" in m for m in data)
-    try:
-        if is_langchain:
-            messages = messages_from_dict(data)
-        else:
-            messages = parse_messages(data, path=name, line=None, prefix=prefix)
+        read = parse_trace_input(source.read(), path=name)
     except TraceFormatError as exc:
         raise InputError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{name}: not a list of LangChain message dicts: {exc}") from None
-    try:
-        result = compact(messages, policy)
-    except InvalidHistoryError as exc:
-        raise InputError(f"{name}: {exc}") from None
-    fmt = output_format if output_format != "auto" else ("langchain" if is_langchain else "openai")
-    out = messages_to_dict(result.messages) if fmt == "langchain" else convert_to_openai_messages(result.messages)
+    outputs: list[Any] = []
+    reports: list[dict[str, Any]] = []
+    for trace in read.traces:
+        try:
+            result = compact(trace.messages, policy)
+        except InvalidHistoryError as exc:
+            raise InputError(f"{name} line {trace.line}: {exc}") from None
+        fmt = output_format if output_format != "auto" else trace.message_format
+        outputs.append(messages_to_dict(result.messages) if fmt == "langchain"
+                       else convert_to_openai_messages(result.messages))
+        done = {k: v for k, v in result.to_dict().items() if k != "removed_ids"}
+        reports.append(done if read.format == "list" else {"id": trace.id, "line": trace.line, **done})
+    if read.format == "jsonl":
+        for record, messages, done in zip(read.records, outputs, reports):
+            click.echo(json.dumps({**record, "messages": messages}, ensure_ascii=False))
+            if report:
+                click.echo(json.dumps(done), err=True)
+        return
+    out = outputs[0] if read.format == "list" else {**read.records[0], "messages": outputs[0]}
     click.echo(json.dumps(out, indent=2, ensure_ascii=False))
     if report:
-        click.echo(json.dumps(result.to_dict(), indent=2), err=True)
+        click.echo(json.dumps(reports[0], indent=2), err=True)

@@ -43,7 +43,7 @@ from lc_compaction.structure import (
     repair_history,
 )
 from lc_compaction.shorten import last_resort
-from lc_compaction.tally import _PREFIXES, CountTally, count_with_tally, tally_prefix
+from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, tally_prefix
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
@@ -130,21 +130,28 @@ class CompactionResult:
         return data
 
 
-def _as_messages(messages: Sequence[Any], start: int = 0) -> list[BaseMessage]:
-    """The input as a list of messages (the list itself when it is one); only `messages[start:]` is checked
-    when the caller knows the prefix was checked before (O(k) per call)."""
+def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "messages") -> list[BaseMessage]:
+    """The input as a list of messages: the list itself when it is one, else `convert_to_messages(messages)`.
+
+    Only `messages[start:]` is checked when the caller knows the prefix was checked before (O(k) per call for k
+    new messages). `name` is what errors call the input (a front door passes its state key).
+
+    Raises:
+        ValueError: `messages` is a string, a single message or not a sequence; or an item cannot be converted.
+    """
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
-        raise ValueError(f"messages: expected a list of messages, got {type(messages).__name__}")
+        raise ValueError(f"{name}: expected a list of messages, got {type(messages).__name__}")
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[start:]):
         return messages
     try:
         return list(convert_to_messages(messages))
     except Exception as exc:  # convert_to_messages raises a bare ValueError/NotImplementedError
-        raise ValueError(f"messages: could not convert the input to LangChain messages: {exc}") from exc
+        raise ValueError(f"{name}: could not convert the input to LangChain messages: {exc}") from exc
 
 
-class _Run:
-    """One compaction call's state shared by the sync and async drivers."""
+class _Compaction:
+    """One compaction (one call of `compact` or `acompact`): its state and steps, shared by the sync and async
+    drivers."""
 
     def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
                  repair: bool | None, tally: CountTally | None = None, offload: bool = False):
@@ -159,13 +166,14 @@ class _Run:
             raise ValueError(f"extra_tokens: must be >= 0 tokens, got {extra_tokens}")
         self.policy = policy
         self.counter = policy.counter
-        known = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
-        self.original = _as_messages(messages, known)
+        tallied = tally_prefix(messages, self.counter, tally) if isinstance(messages, list) else 0
+        self.original = as_messages(messages, tallied)
         self.fixed = extra_tokens + (self.counter.reply_overhead if self.original else 0)
         self.counts: dict[int, int] = {}
-        self.known = known if self.original is messages else 0
+        self.tallied = tallied if self.original is messages else 0
+        """How many leading messages `tally` already counted (0: every message is counted)."""
         self.tally = tally
-        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.known)
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repair if repair is None else repair
@@ -174,14 +182,14 @@ class _Run:
         self.repairs: list[Repair] = []
         self.state: LadderState | None = None
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
-        self.arrivals = large_arrivals(self.original, self.known, self.counts, policy) if offload else set()
+        self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
         self.ladder_ran = self.triggered
 
     def unchanged(self, reason: str) -> CompactionResult:
-        new = self.original[self.known:]
+        new = self.original[self.tallied:]
         counts = [self.counts[id(m)] for m in new] if all(id(m) in self.counts for m in new) else None
         tally = CountTally.of(self.original, self.message_tokens, self.counter, counts,
-                              grown_from=self.tally if self.known else None)
+                              grown_from=self.tally if self.tallied else None)
         return CompactionResult(
             tally=tally, messages=self.original, tokens_before=self.tokens_before, tokens_after=self.tokens_before,
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
@@ -191,10 +199,10 @@ class _Run:
     def _prefix_counts(self) -> Sequence[int] | None:
         """Per-message counts (tokens) of the prefix the tally covered (remembered by the previous call), if
         known."""
-        if not self.known or self.tally is None:
+        if not self.tallied or self.tally is None:
             return None
-        counts = _PREFIXES.counts(self.tally, self.counter)
-        return counts if counts is not None and len(counts) == self.known else None
+        counts = prefix_counts(self.tally, self.counter)
+        return counts if counts is not None and len(counts) == self.tallied else None
 
     def _ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
@@ -216,10 +224,10 @@ class _Run:
         prefix = self._prefix_counts()
         if prefix is not None:  # the previous call's counts of the very same objects: no lookups
             counts.update(zip(map(id, self.original), prefix))
-        known, count = counts.get, self.counter.count_message
+        counted, count = counts.get, self.counter.count_message
         slots = []
         for m in msgs:
-            c = known(id(m))
+            c = counted(id(m))
             slots.append(Slot(m, count(m) if c is None else c))
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
@@ -298,14 +306,14 @@ class _Run:
         summary = st.details.pop("summary", None)
         messages = st.messages
         tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])
-        if self.tally is not None and self.known and self.tally != tally:  # superseded: one entry per history
-            _PREFIXES.forget(self.tally, self.counter)
+        if self.tally is not None and self.tallied and self.tally != tally:  # superseded: one entry per history
+            forget(self.tally, self.counter)
         changed = bool(st.actions or self.repairs)
         return CompactionResult(
             messages=messages if changed else self.original,
             tokens_before=self.tokens_before, tokens_after=st.total(),
             messages_before=len(self.original), messages_after=len(messages), triggered=self.triggered,
-            stop_reason=reason, fits=not reason == "pinned_over_budget",
+            stop_reason=reason, fits=reason != "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
             details=st.details, elapsed_ms=self._ms(), tally=tally,
@@ -339,27 +347,27 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         ValueError: invalid arguments (naming the argument); `policy.offload` is set and `offload` is False.
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
-    run = _Run(messages, policy, extra_tokens, repair, tally, offload)
-    if not run.triggered and not run.arrivals:
-        return run.unchanged("under_trigger")
-    run.prepare()
-    for strategy in run.ladder():
-        strategy.apply(run.state)  # type: ignore[arg-type]
-    if run.over_budget():
-        run.last_resort()
-    return run.finish()
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload)
+    if not compaction.triggered and not compaction.arrivals:
+        return compaction.unchanged("under_trigger")
+    compaction.prepare()
+    for strategy in compaction.ladder():
+        strategy.apply(compaction.state)  # type: ignore[arg-type]
+    if compaction.over_budget():
+        compaction.last_resort()
+    return compaction.finish()
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
                    repair: bool | None = None, tally: CountTally | None = None, offload: bool = False
                    ) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    run = _Run(messages, policy, extra_tokens, repair, tally, offload)
-    if not run.triggered and not run.arrivals:
-        return run.unchanged("under_trigger")
-    run.prepare()
-    for strategy in run.ladder():
-        await strategy.aapply(run.state)  # type: ignore[arg-type]
-    if run.over_budget():
-        run.last_resort()
-    return run.finish()
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload)
+    if not compaction.triggered and not compaction.arrivals:
+        return compaction.unchanged("under_trigger")
+    compaction.prepare()
+    for strategy in compaction.ladder():
+        await strategy.aapply(compaction.state)  # type: ignore[arg-type]
+    if compaction.over_budget():
+        compaction.last_resort()
+    return compaction.finish()

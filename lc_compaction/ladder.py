@@ -8,11 +8,13 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
+from lc_compaction._content import starts_with_thinking
 from lc_compaction.markers import is_summary
 from lc_compaction.structure import (
     CompactionInvariantError,
@@ -63,6 +65,20 @@ class Strategy(Protocol):
     async def aapply(self, state: LadderState) -> None:
         """Async twin of `apply` (an LLM call is awaited)."""
         ...
+
+
+class SyncStrategy(ABC):
+    """Base of a strategy with no I/O (nothing to await): subclasses write `apply`; `aapply` runs it."""
+
+    name: str
+
+    @abstractmethod
+    def apply(self, state: LadderState) -> None:
+        """Change `state` (through its methods) while `state.over_goal()`; may change nothing."""
+
+    async def aapply(self, state: LadderState) -> None:
+        """Async twin of `apply` (no I/O: the same work)."""
+        self.apply(state)
 
 
 @dataclass(slots=True)
@@ -275,7 +291,7 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
         after = requests[-1] + 1
-        if after < n and _starts_with_thinking(msgs[after]):
+        if after < n and starts_with_thinking(msgs[after]):
             for st in steps:
                 if st.start == after:
                     for i in st.indices:
@@ -296,12 +312,3 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
             continue
         if True in held[ex.steps[0].start:ex.steps[-1].end]:
             slots[ex.request].pinned = True
-
-
-def _starts_with_thinking(message: BaseMessage) -> bool:
-    content = message.content
-    if message.type != "ai" or not isinstance(content, list) or not content:
-        return False
-    first = content[0]
-    return isinstance(first, dict) and first.get("type") in ("thinking", "redacted_thinking", "reasoning")
-

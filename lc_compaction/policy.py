@@ -204,9 +204,6 @@ class CompactionPolicy:
 
     def trigger_tokens(self) -> list[float]:
         """The token thresholds of the trigger (tokens, and fractions times the window), in tokens."""
-        return self._token_thresholds()
-
-    def _token_thresholds(self) -> list[float]:
         out = []
         for c in self.trigger_clauses:
             if "tokens" in c:
@@ -225,7 +222,7 @@ class CompactionPolicy:
                 raise ValueError(f"target: {int(value)} messages is not below the trigger ({int(min(lows))} messages)")
             return
         tokens = value * self.max_input_tokens if kind == "fraction" else value  # type: ignore[operator]
-        lows = self._token_thresholds()
+        lows = self.trigger_tokens()
         if lows and tokens >= min(lows):
             raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
 
@@ -264,7 +261,7 @@ class CompactionPolicy:
             if kind == "fraction":
                 return int(value * self.max_input_tokens), None  # type: ignore[operator]
             return int(value), None
-        tok_lows = self._token_thresholds()
+        tok_lows = self.trigger_tokens()
         candidates = [low * DEFAULT_TARGET_OF_TRIGGER for low in tok_lows]
         if self.max_input_tokens is not None:
             candidates.append(DEFAULT_TARGET_FRACTION * self.max_input_tokens)

@@ -14,13 +14,14 @@ reply priming), so "sent" and "uncompacted" are measured alike. Times are wall-c
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from lc_compaction._drive import adrive, drive
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import check_invariants, is_request
@@ -274,39 +275,34 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
     Raises:
         ReplayError: `compact_fn` raised (the conversation, call and recorded message index are named).
     """
-    rep, path = _start(messages, policy, conversation_id, on_call)
-    for i in rep.steps():
-        history_in = rep.history
-        t0 = time.perf_counter()
-        try:
-            result = compact_fn(history_in, policy)
-        except Exception as exc:
-            raise rep.error(i, exc) from exc
-        rep.record(i, history_in, result, (time.perf_counter() - t0) * 1000)
-    return rep.done(path)
+    return drive(_replay(messages, policy, conversation_id, on_call), lambda history: compact_fn(history, policy))
 
 
 async def areplay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
                                conversation_id: str | None = None, compact_fn: ACompactFn = acompact,
                                on_call: OnCall | None = None) -> ConversationReplay:
     """Async twin of `replay_conversation` (awaits `compact_fn`, `acompact` by default)."""
-    rep, path = _start(messages, policy, conversation_id, on_call)
+    return await adrive(_replay(messages, policy, conversation_id, on_call),
+                        lambda history: compact_fn(history, policy))
+
+
+def _replay(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
+            on_call: OnCall | None) -> Generator[list[BaseMessage], CompactionResult, ConversationReplay]:
+    """One conversation's replay: yields the history going into each model call, is sent its compaction (timed
+    from the yield to the answer), returns the replay. An error thrown in at the yield becomes a `ReplayError`."""
+    if isinstance(messages, Trace):
+        rep, path = _Replayer(messages.messages, policy, conversation_id or messages.id, on_call), messages.path
+    else:
+        rep, path = _Replayer(messages, policy, conversation_id or "conversation", on_call), None
     for i in rep.steps():
         history_in = rep.history
         t0 = time.perf_counter()
         try:
-            result = await compact_fn(history_in, policy)
+            result = yield history_in
         except Exception as exc:
             raise rep.error(i, exc) from exc
         rep.record(i, history_in, result, (time.perf_counter() - t0) * 1000)
     return rep.done(path)
-
-
-def _start(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
-           on_call: OnCall | None) -> tuple[_Replayer, Path | None]:
-    if isinstance(messages, Trace):
-        return _Replayer(messages.messages, policy, conversation_id or messages.id, on_call), messages.path
-    return _Replayer(messages, policy, conversation_id or "conversation", on_call), None
 
 
 # ------------------------------------------------------------------------------------------------ many files
@@ -399,28 +395,28 @@ def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress
         TraceFormatError: a file is not a valid trace (file, line and field named); nothing is replayed.
         ReplayError: compaction raised on a conversation.
     """
-    loaded = [(Path(p), load_traces(p)) for p in paths]
-    files: list[FileReplay] = []
-    with _progress(sum(len(t) for _, t in loaded), progress) as bar:
-        for path, traces in loaded:
-            convs = []
-            for trace in traces:
-                convs.append(replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
-                bar.update(1)
-            files.append(FileReplay(path, convs))
-    return ReplayReport(files, policy)
+    return drive(_replay_files(paths, policy, progress),
+                 lambda trace: replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
 
 
 async def areplay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
                         compact_fn: ACompactFn = acompact, on_call: OnCall | None = None) -> ReplayReport:
     """Async twin of `replay_files` (conversations replayed one after the other with `areplay_conversation`)."""
+    return await adrive(_replay_files(paths, policy, progress),
+                        lambda trace: areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+
+
+def _replay_files(paths: Iterable[str | Path], policy: CompactionPolicy,
+                  progress: bool) -> Generator[Trace, ConversationReplay, ReplayReport]:
+    """The replay of many files: every file is loaded first (a bad file replays nothing), then each conversation
+    is yielded and its replay sent back, one after the other; returns the report."""
     loaded = [(Path(p), load_traces(p)) for p in paths]
     files: list[FileReplay] = []
     with _progress(sum(len(t) for _, t in loaded), progress) as bar:
         for path, traces in loaded:
             convs = []
             for trace in traces:
-                convs.append(await areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+                convs.append((yield trace))
                 bar.update(1)
             files.append(FileReplay(path, convs))
     return ReplayReport(files, policy)

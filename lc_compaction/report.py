@@ -6,8 +6,8 @@
   (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
   policies over one conversation, both views on one figure).
 
-pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`),
-so the compaction core never needs them.
+pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`, or
+`pip install -e '.[plot]'` in a clone of the repository), so the compaction core never needs them.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_shortened, is_summary, is_truncated
 from lc_compaction.replay import ConversationReplay, ReplayReport
 from lc_compaction.strategies.facts import FactGuard, contains, message_text
-from lc_compaction.strategies.truncate import content_text
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
@@ -59,7 +59,9 @@ def _require(module: str):  # noqa: ANN202 - returns the module
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} is needed for replay reports and plots: pip install 'lc-compaction[plot]'") from exc
+        from lc_compaction._extras import missing_extra
+
+        raise missing_extra("replay reports and plots", "plot", exc, module=module) from exc
 
 
 def calls_dataframe(replay: Replays) -> pandas.DataFrame:

@@ -15,6 +15,8 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
+from lc_compaction._content import MEDIA_BLOCKS  # re-exported: part of this module's API
+from lc_compaction._content import block_text, block_type, is_media, with_block_text
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
 from lc_compaction.structure import is_request
@@ -22,46 +24,19 @@ from lc_compaction.structure import is_request
 MIN_TOKENS_TO_CUT = 50
 """A message of this many tokens or fewer is never cut (the marker alone costs about 20 tokens)."""
 
-MEDIA_BLOCKS = frozenset({"image", "image_url", "input_image", "file", "input_file", "audio", "input_audio",
-                          "video", "document"})
-"""Block types that may be removed whole (a text `document`, whose source is plain text, is cut like text)."""
-
-
-def _block_text(block: Any) -> str | None:
-    """The cuttable text of a block: a str, a text block's `text`, a text document's source data; else None."""
-    if isinstance(block, str):
-        return block
-    if not isinstance(block, dict):
-        return None
-    if block.get("type") in ("text", "input_text", "output_text") and isinstance(block.get("text"), str):
-        return block["text"]
-    source = block.get("source")
-    if block.get("type") == "document" and isinstance(source, dict) and source.get("type") == "text" \
-            and isinstance(source.get("data"), str):
-        return source["data"]
-    return None
-
-
-def _with_text(block: Any, text: str) -> Any:
-    if isinstance(block, str):
-        return text
-    if "text" in block:
-        return {**block, "text": text}
-    return {**block, "source": {**block["source"], "data": text}}
-
 
 def text_length(content: Any) -> int:
     """Characters of cuttable text in a message content (a str, or the text parts of its blocks)."""
     if isinstance(content, str):
         return len(content)
-    return sum(len(t) for t in (_block_text(b) for b in content) if t is not None)
+    return sum(len(t) for t in (block_text(b) for b in content) if t is not None)
 
 
 def media_count(content: Any) -> int:
-    """How many removable media blocks (`MEDIA_BLOCKS`, not text documents) a content holds."""
+    """How many removable media blocks (`MEDIA_BLOCKS`, not text documents: `_content.is_media`) a content holds."""
     if isinstance(content, str):
         return 0
-    return sum(1 for b in content if _block_text(b) is None and isinstance(b, dict) and b.get("type") in MEDIA_BLOCKS)
+    return sum(1 for b in content if is_media(b))
 
 
 def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False) -> BaseMessage:
@@ -83,11 +58,10 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         budget = keep_chars
         to_drop = len(content) if drop_media is True else int(drop_media)
         for block in content:
-            text = _block_text(block)
+            text = block_text(block)
             if text is None:
-                kind = block.get("type") if isinstance(block, dict) else None
-                if kind in MEDIA_BLOCKS and len(removed_blocks) < to_drop:
-                    removed_blocks.append(str(kind))
+                if is_media(block) and len(removed_blocks) < to_drop:
+                    removed_blocks.append(str(block_type(block)))
                 else:
                     out.append(block)
                 continue
@@ -96,7 +70,7 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
                 budget -= len(text)
                 continue
             if budget:
-                out.append(_with_text(block, text[:budget]))
+                out.append(with_block_text(block, text[:budget]))
             budget = 0
         kept = keep_chars - budget
         note = SHORTENED_MARKER.format(removed=max(original - kept, 0)).strip()

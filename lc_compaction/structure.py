@@ -18,8 +18,9 @@ strategy and the tests use an independent copy.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -40,10 +41,11 @@ ViolationKind = Literal[
 
 
 @dataclass(frozen=True)
-class Violation:
-    """One broken rule: `kind`, the message `index` (0-based), and the `tool_call_id` when one is involved."""
+class Finding:
+    """One thing about one message of a history: its `kind`, the message `index` (0-based), the `tool_call_id`
+    when one is involved, and a `detail` in words. The record behind `Violation` and `Repair`."""
 
-    kind: ViolationKind
+    kind: str
     index: int
     tool_call_id: str | None = None
     detail: str = ""
@@ -51,6 +53,21 @@ class Violation:
     def __str__(self) -> str:
         tc = f" (tool_call_id={self.tool_call_id!r})" if self.tool_call_id else ""
         return f"message {self.index}: {self.kind}{tc}{': ' + self.detail if self.detail else ''}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON (kind, index, tool_call_id, detail)."""
+        return {"kind": self.kind, "index": self.index, "tool_call_id": self.tool_call_id, "detail": self.detail}
+
+
+class Violation(Finding):
+    """One broken rule (`check_invariants`): `kind` is a `ViolationKind`, `index` the message that breaks it."""
+
+    kind: ViolationKind
+
+
+class Repair(Finding):
+    """One repair made to a broken input (`repair_history`, `normalize_system_messages`, `ensure_ids`): what was
+    done (`kind`), at which input index, for which tool_call_id."""
 
 
 class InvalidHistoryError(ValueError):
@@ -91,6 +108,29 @@ def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
     The block covers the run of ToolMessages right after the AIMessage that answer its calls.
     """
     return _block_end(messages, [kind(m) for m in messages[i:]], i, offset=i)
+
+
+def open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
+    """Index where a trailing, still-open tool block starts; `len(messages)` when there is none.
+
+    An open tool block is the last AIMessage when it has `tool_calls` not all answered yet, followed only by
+    ToolMessages answering some of those calls (`tool_block_end` reaches the end: the results received so far).
+    Such a tail is a normal state of a chat history between two runs of a chain (the chain returned tool calls;
+    the caller sends the results next); it is not a complete history, so the chat-history front door keeps it
+    out of compaction. Anything else (a ToolMessage that answers none of those calls, for instance) is left to
+    `check_invariants`, which names the message. Cost: O(length of the tail), in messages.
+    """
+    n = len(messages)
+    j = n
+    while j > 0 and kind(messages[j - 1]) == TOOL:
+        j -= 1
+    if j == 0:
+        return n
+    calls = set(call_ids(messages[j - 1]))
+    if not calls or tool_block_end(messages, j - 1) != n:
+        return n
+    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
+    return n if answered == calls else j - 1
 
 
 def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, offset: int = 0) -> int:
@@ -172,20 +212,6 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     for tcid, ai_index in open_calls.items():
         out.append(Violation("dangling_tool_call", ai_index, tcid, "no ToolMessage answers it"))
     return out
-
-
-@dataclass
-class Repair:
-    """One repair made to a broken input: what was done, at which input index, for which tool_call_id."""
-
-    kind: str
-    index: int
-    tool_call_id: str | None = None
-    detail: str = ""
-
-    def to_dict(self) -> dict:
-        """The repair as plain JSON (kind, index, tool_call_id, detail)."""
-        return {"kind": self.kind, "index": self.index, "tool_call_id": self.tool_call_id, "detail": self.detail}
 
 
 MISSING_RESULT_TEXT = "[lc-compaction: no result was recorded for this tool call]"
@@ -345,6 +371,15 @@ def split_exchanges(steps: Sequence[Step]) -> list[Exchange]:
     if not out[0].steps:
         out.pop(0)
     return out
+
+
+def fill_missing_ids(messages: Sequence[BaseMessage], start: int = 0) -> None:
+    """Give each message of `messages[start:]` that has no id a new uuid4 id, in place (the same object), as
+    LangChain's `SummarizationMiddleware` does: every message has an id before any removal from graph state
+    (`RemoveMessage(id=...)`). O(len(messages) - start)."""
+    for m in messages[start:]:
+        if not m.id:
+            m.id = str(uuid.uuid4())
 
 
 def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = None) -> list[BaseMessage]:

@@ -7,8 +7,8 @@ with other content (LangGraph's `add_messages`, `update_state`) or a removed one
 per-message count cache still spares the tokenizer for content it has seen). A history loaded again from a
 checkpoint holds new but equal objects: it is compared by value once, then by pointer again.
 
-The steady-state call is O(k) for k new messages plus one C-level pointer comparison of the prefix (a few
-microseconds at 8,000 messages): the snapshot of the counted objects is extended in place, never copied.
+The steady-state call is O(k) for k new messages plus one C-level pointer comparison of the prefix (no message
+object touched): the snapshot of the counted objects is extended in place, never copied.
 
 Messages are treated as immutable, as LangChain and LangGraph treat them: a message whose `content` is changed
 in place, on the same object, inside one run, is not seen by the tally (checking every message's content on
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import operator
 import threading
-import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
+
+from lc_compaction.structure import fill_missing_ids
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,17 @@ class _PrefixRegistry:
         with self._lock:
             self._data.pop(self._key(tally, counter), None)
 
+    def clear(self) -> None:
+        """Drop everything remembered."""
+        with self._lock:
+            self._data.clear()
+
+    def objects(self, tally: CountTally, counter: Any) -> list[BaseMessage] | None:
+        """A copy of the message objects remembered with `tally` (None when unknown)."""
+        with self._lock:
+            entry = self._data.get(self._key(tally, counter))
+            return list(entry.objects) if entry is not None else None
+
     def counts(self, tally: CountTally, counter: Any) -> Sequence[int] | None:
         """A copy of the per-message counts (tokens) remembered with `tally` (None when unknown). A copy: another
         call that grows the same history extends the remembered array in place."""
@@ -231,6 +243,32 @@ def _as_array(counts: Sequence[int] | None, n: int) -> array | None:
 _PREFIXES = _PrefixRegistry()
 
 
+def prefix_counts(tally: CountTally, counter: Any) -> Sequence[int] | None:
+    """The per-message counts (tokens) of the messages `tally` covered, as `counter` counted them in this process,
+    in order; None when this process does not know them (another process made the tally, or it was forgotten).
+    A copy: another call that grows the same history extends what is remembered in place."""
+    return _PREFIXES.counts(tally, counter)
+
+
+def covered_objects(tally: CountTally, counter: Any) -> list[BaseMessage] | None:
+    """The message objects `tally` covers in this process (a copy of the list; after a history loaded again from
+    a checkpoint matched by value, the current objects); None when this process does not know the tally."""
+    return _PREFIXES.objects(tally, counter)
+
+
+def forget(tally: CountTally, counter: Any) -> None:
+    """Drop what this process remembers for `tally` (counted by `counter`): call it when a newer tally of the same
+    history supersedes it (a compaction rewrote the history), so the process keeps one entry per history.
+    Nothing happens when the tally is unknown here."""
+    _PREFIXES.forget(tally, counter)
+
+
+def clear() -> None:
+    """Forget every tally this process remembers: afterwards every tally is treated as one from another process
+    (its history is counted again once). What a new process starts with; for tests and to release memory."""
+    _PREFIXES.clear()
+
+
 def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None) -> int:
     """How many leading messages `tally` still describes: its `length` when the counter is the same and that
     prefix is made of the message objects the tally counted in this process, or of equal ones (same class and
@@ -254,14 +292,13 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
     describes a prefix of `messages` (`tally_prefix`); O(k) for k new messages, O(len(messages)) otherwise.
     Each count made is stored in `counts` (keyed by `id(message)`) when given. A counted message without an
-    id gets a uuid4 id in place, so every message has one before any removal. `start`: the caller's own
-    `tally_prefix(messages, counter, tally)`, when it already has it."""
+    id gets a uuid4 id in place (`structure.fill_missing_ids`), so every message has one before any removal.
+    `start`: the caller's own `tally_prefix(messages, counter, tally)`, when it already has it."""
     if start is None:
         start = tally_prefix(messages, counter, tally)
     total = tally.tokens if start else 0  # type: ignore[union-attr]
+    fill_missing_ids(messages, start)
     for m in messages[start:]:
-        if not m.id:  # as LangChain's SummarizationMiddleware does: an id, given in place (same object)
-            m.id = str(uuid.uuid4())
         c = counter.count_message(m)
         if counts is not None:
             counts[id(m)] = c

@@ -26,12 +26,23 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from lc_compaction._content import (
+    FILE_BLOCKS,
+    IMAGE_BLOCKS,
+    KNOWN_BLOCKS,
+    OPAQUE_REASONING_BLOCKS,
+    PLAIN_TEXT_FILE_BLOCKS,
+    REASONING_BLOCKS,
+    TEXT_BLOCKS,
+    TOOL_CALL_BLOCKS,
+    TOOL_RESULT_BLOCKS,
+    looks_binary,
+)
 from lc_compaction._count_cache import _MessageCache, _role
 from lc_compaction._images import (  # the IMAGE_* constants are re-exported: part of this module's API
     IMAGE_BASE_TOKENS,
@@ -45,6 +56,13 @@ from lc_compaction._images import (  # the IMAGE_* constants are re-exported: pa
     image_tokens,
 )
 from lc_compaction._offline import EncodingUnavailableError, ensure_encoding
+from lc_compaction._tool_schema import (
+    TOOL_COSTS_O200K,
+    ToolSchemaCosts,
+    compact_json,
+    tool_costs_for_encoding,
+    tool_schemas_tokens,
+)
 
 __all__ = [
     "IMAGE_BASE_TOKENS",
@@ -69,8 +87,8 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------------
 # Constants.  Sources:
 #   [cookbook]  OpenAI cookbook, "How to count tokens with tiktoken" (examples/How_to_count_tokens_with_tiktoken.ipynb),
-#               section 6 num_tokens_from_messages() and section 7 num_tokens_for_tools(); its outputs match the API's
-#               prompt_tokens (124 for its example messages on gpt-4o / gpt-4o-mini, 101 with its example tool).
+#               section 6 num_tokens_from_messages() (section 7, num_tokens_for_tools(), is in _tool_schema.py); its
+#               outputs match the API's prompt_tokens (124 for its example messages on gpt-4o / gpt-4o-mini).
 #   [vision]    OpenAI platform docs, Images and vision guide, "Calculating costs" (detail low = 85 tokens; high =
 #               85 + 170 per 512px tile after fitting into 2048x2048 and scaling the shortest side down to 768px;
 #               worked examples 1024x1024 -> 765 and 2048x4096 -> 1105).
@@ -95,33 +113,6 @@ FILE_BLOCK_TOKENS = 1_000
 """Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
 clip, a file id).  NOT exact and not an upper bound -- a long PDF can cost far more -- but bounded and independent
 of the payload's size, so a base64 payload never counts as text."""
-
-SIGNATURE_TOKENS = 0
-"""Cost of an opaque reasoning signature, ``encrypted_content`` or ``redacted_thinking`` payload.  These are
-provider-encrypted blobs whose billed size is not knowable; they are counted as 0 (the visible reasoning text is
-counted), so a reasoning block's count is a lower bound."""
-
-
-class _ToolSchemaCosts:
-    """The [cookbook] ``num_tokens_for_tools`` constants (tokens)."""
-
-    __slots__ = ("enum_init", "enum_item", "func_end", "func_init", "prop_init", "prop_key")
-
-    def __init__(self, func_init: int, prop_init: int, prop_key: int, enum_init: int, enum_item: int,
-                 func_end: int) -> None:
-        self.func_init = func_init
-        self.prop_init = prop_init
-        self.prop_key = prop_key
-        self.enum_init = enum_init
-        self.enum_item = enum_item
-        self.func_end = func_end
-
-
-_TOOL_COSTS_O200K = _ToolSchemaCosts(func_init=7, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
-"""[cookbook] constants for gpt-4o / gpt-4o-mini (o200k_base); also used for later o200k models and approximations."""
-
-_TOOL_COSTS_CL100K = _ToolSchemaCosts(func_init=10, prop_init=3, prop_key=3, enum_init=-3, enum_item=3, func_end=12)
-"""[cookbook] constants for gpt-3.5-turbo / gpt-4 (cl100k_base)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,35 +200,15 @@ def encoding_name_for_model(model_name: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Block classification
+# Walking unknown structures (the block kinds are in _content.py)
 # ---------------------------------------------------------------------------------------------------------------
-
-_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
-_REASONING_BLOCKS = frozenset({"reasoning", "thinking"})
-_OPAQUE_BLOCKS = frozenset({"redacted_thinking"})
-_TOOL_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call", "server_tool_use", "tool_call_chunk",
-                               "invalid_tool_call"})
-_TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
-_IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
-_FILE_BLOCKS = frozenset({"file", "input_file", "document", "audio", "input_audio", "video", "text-plain"})
-_KNOWN_BLOCKS = (_TEXT_BLOCKS | _REASONING_BLOCKS | _OPAQUE_BLOCKS | _TOOL_CALL_BLOCKS | _TOOL_RESULT_BLOCKS
-                 | _IMAGE_BLOCKS | _FILE_BLOCKS | {"refusal", "non_standard"})
 
 _SKIPPED_KEYS = frozenset({"type", "id", "index", "signature", "encrypted_content", "data", "base64", "extras",
                            "cache_control", "tool_use_id", "tool_call_id", "call_id", "file_id", "mime_type"})
 """Keys whose values are not counted in unknown blocks: discriminators, ids, and binary or opaque payloads."""
 
-_BINARY_MIN_CHARS = 256
-_BINARY_RE = re.compile(r"[A-Za-z0-9+/_=-]+")
 _MAX_DEPTH = 32
 """Nesting depth beyond which unknown structures are not walked further (no RecursionError on hostile input)."""
-
-
-def _looks_binary(s: str) -> bool:
-    """A ``data:`` URL, or a long string with no whitespace made only of base64 characters."""
-    if s.startswith("data:"):
-        return True
-    return len(s) >= _BINARY_MIN_CHARS and _BINARY_RE.fullmatch(s) is not None
 
 
 def _arguments_json(value: Any) -> str:
@@ -249,20 +220,7 @@ def _arguments_json(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError):
-        return _compact_json(value)
-
-
-def _compact_json(value: Any) -> str:
-    """``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``; ``str()`` for what JSON cannot encode."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        try:
-            return str(value)
-        except Exception:  # noqa: BLE001
-            return ""
+        return compact_json(value)
 
 
 def _is_listed(value: Any, ids: frozenset[str]) -> bool:
@@ -287,7 +245,7 @@ class StructuredCounter:
 
     name: str = "structured"
     reply_overhead: int = REPLY_PRIMING_TOKENS
-    _tool_costs: _ToolSchemaCosts = _TOOL_COSTS_O200K
+    _tool_costs: ToolSchemaCosts = TOOL_COSTS_O200K
 
     def __init__(self, *, cache_size: int = 100_000) -> None:
         self._cache = _MessageCache(cache_size)
@@ -325,34 +283,14 @@ class StructuredCounter:
         return sum(self.count_message(m) for m in messages) + self.reply_overhead
 
     def count_tools(self, tools: Sequence[Any]) -> int:
-        """Tokens of tool schemas sent beside the messages, by the [cookbook] ``num_tokens_for_tools`` formula.
-
-        Each tool (an OpenAI-format dict, a ``BaseTool``, a pydantic model, a callable, an Anthropic-format dict) is
-        converted with ``langchain_core.utils.function_calling.convert_to_openai_tool``.  Per function:
-        ``func_init`` + text of ``"name:description"`` (one trailing period dropped); if it has properties,
-        ``prop_init`` + per property ``prop_key`` + text of ``"key:type:description"`` (+ ``enum_init`` +
-        ``enum_item`` + text per enum value).  Once per list: ``func_end``.  Constants: 7/3/3/-3/3/12 for o200k
-        models, 10/3/3/-3/3/12 for cl100k ones.  Extension beyond the cookbook (which ignores them): a property's
-        other schema keys (``items``, ``anyOf``, ``default``, nested ``properties``, ...) add the tokens of their
-        compact JSON, and a tool that is not a function (e.g. ``{"type": "web_search"}``) costs ``func_init`` + the
-        tokens of its compact JSON.  An empty sequence costs 0.
+        """Tokens of tool schemas sent beside the messages, by the [cookbook] ``num_tokens_for_tools`` formula
+        (see ``_tool_schema.tool_schemas_tokens``; constants 7/3/3/-3/3/12 for o200k models, 10/3/3/-3/3/12 for
+        cl100k ones).  An empty sequence costs 0.
 
         Raises:
             ValueError: a tool cannot be converted to the OpenAI format.
         """
-        if not tools:
-            return 0
-        from langchain_core.utils.function_calling import convert_to_openai_tool
-
-        costs = self._tool_costs
-        total = 0
-        for i, tool in enumerate(tools):
-            try:
-                converted = convert_to_openai_tool(tool)
-            except Exception as e:
-                raise ValueError(f"tools[{i}] cannot be converted to an OpenAI tool schema: {e}") from e
-            total += self._function_schema_tokens(converted, costs)
-        return total + costs.func_end
+        return tool_schemas_tokens(tools, self.count_text, self._tool_costs)
 
     # -- cache --------------------------------------------------------------------------------------------------
 
@@ -413,8 +351,9 @@ class StructuredCounter:
         """Tokens of a message's ``content`` (a string or a list of blocks), without message overhead.
 
         Blocks: text-like (``text``/``input_text``/``output_text``, bare strings) -> their text; ``refusal`` -> its
-        text; ``reasoning``/``thinking`` -> their text and summaries, not signatures or encrypted content
-        (:data:`SIGNATURE_TOKENS`); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
+        text; ``reasoning``/``thinking`` -> their text and summaries; signatures, ``encrypted_content`` and
+        ``redacted_thinking`` -> 0 (provider-encrypted payloads whose billed size is not knowable, so a reasoning
+        block's count is a lower bound); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
         (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
         ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
         the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); files,
@@ -442,17 +381,17 @@ class StructuredCounter:
                 return self._content_tokens(block, call_ids, depth)
             return self._value_tokens(block, depth)
         btype = block.get("type")
-        if not isinstance(btype, str) or btype not in _KNOWN_BLOCKS:
+        if not isinstance(btype, str) or btype not in KNOWN_BLOCKS:
             return self._value_tokens(block, depth)
-        if btype in _TEXT_BLOCKS:
+        if btype in TEXT_BLOCKS:
             return self._field_text(block.get("text"), depth)
         if btype == "refusal":
             return self._field_text(block.get("refusal"), depth)
-        if btype in _REASONING_BLOCKS:
+        if btype in REASONING_BLOCKS:
             return self._reasoning_tokens(block, depth)
-        if btype in _OPAQUE_BLOCKS:
-            return SIGNATURE_TOKENS
-        if btype in _TOOL_CALL_BLOCKS:
+        if btype in OPAQUE_REASONING_BLOCKS:
+            return 0  # an encrypted payload: its billed size is not knowable (see count_content)
+        if btype in TOOL_CALL_BLOCKS:
             # OpenAI Responses function_call blocks carry both an item "id" (fc_...) and the "call_id" that
             # LangChain uses as the tool call's id: a match on either is a duplicate.
             if btype != "server_tool_use" and call_ids and (
@@ -463,12 +402,12 @@ class StructuredCounter:
             if (args is None or args == {}) and isinstance(block.get("partial_json"), str):
                 args = block["partial_json"]
             return self._tool_call_tokens(block.get("name"), args)
-        if btype in _TOOL_RESULT_BLOCKS:
+        if btype in TOOL_RESULT_BLOCKS:
             inner = block.get("content", block.get("output"))
             return self._content_tokens(inner, call_ids, depth)
-        if btype in _IMAGE_BLOCKS:
+        if btype in IMAGE_BLOCKS:
             return self._image_block_tokens(block)
-        if btype in _FILE_BLOCKS:
+        if btype in FILE_BLOCKS or btype in PLAIN_TEXT_FILE_BLOCKS:
             return self._file_block_tokens(block, call_ids, depth)
         # non_standard
         return self._value_tokens(block.get("value"), depth)
@@ -492,8 +431,6 @@ class StructuredCounter:
                         total += self.count_text(item)
                     elif isinstance(item, dict) and isinstance(item.get("text"), str):
                         total += self.count_text(item["text"])
-        if block.get("signature") or block.get("encrypted_content"):
-            total += SIGNATURE_TOKENS
         return total
 
     def _image_block_tokens(self, block: dict[str, Any]) -> int:
@@ -540,7 +477,7 @@ class StructuredCounter:
             if isinstance(block.get(key), str):
                 total += self.count_text(block[key])
         text = block.get("text")
-        if isinstance(text, str) and not _looks_binary(text):
+        if isinstance(text, str) and not looks_binary(text):
             return total + self.count_text(text)
         source = block.get("source")
         if isinstance(source, dict):
@@ -555,13 +492,13 @@ class StructuredCounter:
         if depth > _MAX_DEPTH or value is None or isinstance(value, bool):
             return 0
         if isinstance(value, str):
-            return 0 if _looks_binary(value) else self.count_text(value)
+            return 0 if looks_binary(value) else self.count_text(value)
         if isinstance(value, (int, float)):
             return self.count_text(str(value))
         if isinstance(value, dict):
             btype = value.get("type")
             total = 0
-            if isinstance(btype, str) and btype in _KNOWN_BLOCKS:
+            if isinstance(btype, str) and btype in KNOWN_BLOCKS:
                 return self._block_tokens(value, frozenset(), depth + 1)
             for key, item in value.items():
                 if isinstance(key, str) and key in _SKIPPED_KEYS:
@@ -576,46 +513,6 @@ class StructuredCounter:
             return self.count_text(str(value))
         except Exception:  # noqa: BLE001
             return 0
-
-    # -- tool schemas -------------------------------------------------------------------------------------------
-
-    def _function_schema_tokens(self, tool: Any, costs: _ToolSchemaCosts) -> int:
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict):
-            return costs.func_init + self.count_text(_compact_json(tool))
-        total = costs.func_init
-        description = function.get("description") or ""
-        if not isinstance(description, str):
-            description = _compact_json(description)
-        description = description.removesuffix(".")
-        total += self.count_text(f"{function.get('name', '')}:{description}")
-        parameters = function.get("parameters")
-        properties = parameters.get("properties") if isinstance(parameters, dict) else None
-        if isinstance(properties, dict) and properties:
-            total += costs.prop_init
-            for key, schema in properties.items():
-                total += costs.prop_key
-                if not isinstance(schema, dict):
-                    total += self.count_text(f"{key}:{_compact_json(schema)}")
-                    continue
-                p_type = schema.get("type", "")
-                if not isinstance(p_type, str):
-                    p_type = _compact_json(p_type)
-                p_desc = schema.get("description") or ""
-                if not isinstance(p_desc, str):
-                    p_desc = _compact_json(p_desc)
-                enum = schema.get("enum")
-                if isinstance(enum, (list, tuple)):
-                    total += costs.enum_init
-                    for item in enum:
-                        total += costs.enum_item + self.count_text(item if isinstance(item, str) else
-                                                                   _compact_json(item))
-                p_desc = p_desc.removesuffix(".")
-                total += self.count_text(f"{key}:{p_type}:{p_desc}")
-                extra = {k: v for k, v in schema.items() if k not in ("type", "description", "enum", "title")}
-                if extra:
-                    total += self.count_text(_compact_json(extra))
-        return total
 
 
 class TiktokenCounter(StructuredCounter):
@@ -643,7 +540,7 @@ class TiktokenCounter(StructuredCounter):
         self.encoding = ensure_encoding(self.encoding_name)
         self.name = f"tiktoken:{self.encoding_name}"
         self.reply_overhead = REPLY_PRIMING_TOKENS
-        self._tool_costs = _TOOL_COSTS_CL100K if self.encoding_name == "cl100k_base" else _TOOL_COSTS_O200K
+        self._tool_costs = tool_costs_for_encoding(self.encoding_name)
         self._encode = self.encoding.encode_ordinary
 
     def count_text(self, text: str) -> int:

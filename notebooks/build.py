@@ -632,9 +632,10 @@ def langgraph_agent() -> Cells:
         """),
         md("""
         **Keep everything, compact only what the model sees:** `CompactionNode(mode="view")` leaves
-        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; build the graph
-        over `lc_compaction.integrations.CompactionState` and let the model node read that key. With
-        `create_agent`, use `CompactionMiddleware` instead (see the README).
+        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; the graph stays
+        over `MessagesState`, and the model node reads that key and declares it: `def call_model(state:
+        CompactionState)` (LangGraph gives a node only the keys of its own annotation). With `create_agent`, use
+        `CompactionMiddleware` instead (see the README).
         """),
     ]
 

@@ -398,20 +398,6 @@ class ScriptedOpenAIServer:
         self._thread.join()
 
 
-def plain_chat(n: int, size: int) -> list:
-    """n exchanges of long plain text (no tools: nothing to truncate, so compaction drops whole exchanges), then
-    a last question; message ids h0.., a0.., "last"."""
-    from langchain_core.messages import AIMessage, HumanMessage
-
-    out: list = []
-    for i in range(n):
-        out.append(HumanMessage(f"question {i}: " + "tell me more " * size, id=f"h{i}"))
-        out.append(AIMessage(f"answer {i}: " + "here is more " * size, id=f"a{i}"))
-    out.append(HumanMessage("and finally?", id="last"))
-    return out
-
-
-
 class EventLog(BaseCallbackHandler):
     """A callback handler that collects the data of every lc_compaction custom event (`events`)."""
 

@@ -32,6 +32,8 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
     ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
     messages_from_dict,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
@@ -41,6 +43,7 @@ import lc_compaction
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TiktokenCounter, TruncateToolResults, compact
 from lc_compaction.integrations.chat_history import CompactingChatMessageHistory
 from lc_compaction.markers import make_summary_message, summary_text
+from tests.builders import tool_exchange
 from tests.oracle.cases import FakeSummaryModel
 from tests.oracle.checks import check_all_structural, default_is_summary, model_view, same_message
 from tests.oracle.traces import load_traces
@@ -342,6 +345,79 @@ def test_summarize_with_a_chat_model_is_called_per_compaction_not_per_turn() -> 
     checker.assert_nothing_lost(inner.messages, history.archive.messages)
 
 
+# --------------------------------------------------------------- every input form RunnableWithMessageHistory passes
+FORMS = [  # one chain input per turn, in each form langchain_core.messages.convert_to_messages accepts
+    [("human", "Where is order A-1001?")],
+    [{"role": "user", "content": "And A-1002?"}],
+    ["Thanks. And A-1003?"],
+    [HumanMessage("And A-1004?", id="h4")],
+    [("system", "Answer in one line."), ["user", "And A-1005?"]],
+]
+
+
+def _chain_turns(history: BaseChatMessageHistory, *, history_key: bool, use_async: bool,
+                 caplog: pytest.LogCaptureFixture) -> list[list[tuple]]:
+    """Run FORMS through prompt | fake model with `history`; the model_view of every model input."""
+    replies = [AIMessage(f"Reply {i}.", id=f"r{i}") for i in range(len(FORMS))]
+    chain = chain_over(history, SystemMessage("You are a support agent."), replies, history_key=history_key)
+    recorder = ModelInputs()
+    config = {"configurable": {"session_id": "s"}, "callbacks": [recorder]}
+
+    async def run_all() -> None:
+        for turn in FORMS:
+            await chain.ainvoke({"messages": list(turn)}, config)
+
+    with caplog.at_level("WARNING"):
+        if use_async:
+            asyncio.run(run_all())
+        else:
+            for turn in FORMS:
+                chain.invoke({"messages": list(turn)}, config)
+    assert not [r for r in caplog.records if "callback" in r.getMessage()], "a history callback failed"
+    assert len(recorder.calls) == len(FORMS)
+    return [[model_view(m) for m in call] for call in recorder.calls]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
+@pytest.mark.parametrize("history_key", [False, True], ids=["shared-key", "history-key"])
+def test_chain_input_in_every_message_form_is_stored_and_sent_again(use_async: bool, history_key: bool,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """`{"messages": [("human", "...")]}` and the other forms convert_to_messages accepts (dicts, strings,
+    message objects, 2-item lists): the wrapper stores each turn's input and reply as messages, and every model
+    call receives the history, exactly as with LangChain's own InMemoryChatMessageHistory."""
+    inner = memory_history()
+    ours = _chain_turns(CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=16_000)),
+                        history_key=history_key, use_async=use_async, caplog=caplog)
+    theirs = _chain_turns(memory_history(), history_key=history_key, use_async=use_async, caplog=caplog)
+    assert ours == theirs
+    stored = inner.messages
+    assert all(isinstance(m, BaseMessage) for m in stored)
+    expected = [m for i, turn in enumerate(FORMS) for m in [*convert_to_messages(turn), AIMessage(f"Reply {i}.")]]
+    assert [model_view(m) for m in stored] == [model_view(m) for m in expected]
+    assert [m.id for m in stored if m.id in ("h4", "r0", "r4")] == ["r0", "h4", "r4"]
+    # the last model input holds every earlier turn: the history was sent, not only the new input
+    assert ours[-1][1:] == [model_view(m) for m in expected[:-1]]
+
+
+def test_a_recorded_conversation_given_as_openai_dicts_is_compacted_and_kept_whole() -> None:
+    """A tau-bench conversation whose every chain input is OpenAI-format dicts (tool calls and results
+    included), at a window that compacts: each model input fits and passes the oracle, and the inner history
+    holds every message added, as messages, in order."""
+    history = wrapped(memory_history(), TAU)
+    system, calls = conversation(TAU)
+    checker = TurnChecker(system, history.policy.budget_tokens())
+    chain = chain_over(history, system, [out for _, out in calls], history_key=False)
+    recorder = ModelInputs()
+    for inputs, output in calls:
+        dicts = [{**d, "id": m.id} for d, m in zip(convert_to_openai_messages(inputs), inputs)]  # ids: the oracle's
+        assert all(isinstance(d, dict) for d in dicts)
+        chain.invoke({"messages": dicts}, {"configurable": {"session_id": "s"}, "callbacks": [recorder]})
+        checker.check(recorder.calls[-1], inputs, output)
+    assert checker.compacted_calls >= 3
+    assert all(isinstance(m, BaseMessage) for m in history.inner.messages)
+    checker.assert_kept_everything(history.inner.messages)
+
+
 # ----------------------------------------------------------------------------- the view: stable and cheap
 def test_reads_are_stable_and_cost_only_the_new_messages() -> None:
     """Reading twice without an add returns equal lists of the same messages and counts nothing; a read after
@@ -442,12 +518,9 @@ def test_two_threads_adding_and_reading_lose_no_message(tmp_path: Path, persist:
         try:
             start.wait()
             for i in range(30):
-                call = f"{name}-call-{i}"
-                block = [HumanMessage(f"{name} request {i}: " + "details " * 15, id=f"{name}-h{i}"),
-                         AIMessage("", id=f"{name}-a{i}", tool_calls=[{"name": "lookup", "args": {"i": i},
-                                                                       "id": call, "type": "tool_call"}]),
-                         ToolMessage(f"{name} result {i}: " + "row " * 60, tool_call_id=call, id=f"{name}-t{i}"),
-                         AIMessage(f"{name} answer {i}", id=f"{name}-r{i}")]
+                block = tool_exchange(i, f"{name} request {i}: " + "details " * 15,
+                                      f"{name} result {i}: " + "row " * 60, f"{name} answer {i}", tool="lookup",
+                                      args={"i": i}, call_id=f"{name}-call-{i}", prefix=f"{name}-", named=False)
                 history.add_messages(block)
                 added[name] += block
                 view = history.messages
@@ -487,11 +560,8 @@ def test_an_open_tool_call_at_the_end_stays_out_of_compaction() -> None:
     inner = memory_history()
     history = CompactingChatMessageHistory(inner, policy)
     for i in range(12):
-        call = f"c{i}"
-        history.add_messages([HumanMessage(f"request {i} " + "x " * 40, id=f"h{i}"),
-                              AIMessage("", id=f"a{i}", tool_calls=[{"name": "f", "args": {}, "id": call}]),
-                              ToolMessage("y " * 80, tool_call_id=call, id=f"t{i}"),
-                              AIMessage(f"done {i}", id=f"r{i}")])
+        history.add_messages(tool_exchange(i, f"request {i} " + "x " * 40, "y " * 80, f"done {i}", tool="f",
+                                           named=False))
     open_call = AIMessage("", id="open", tool_calls=[{"name": "f", "args": {"n": 1}, "id": "p1"},
                                                      {"name": "g", "args": {"n": 2}, "id": "p2"}])
     first_result = ToolMessage("first", tool_call_id="p1", id="p1-result")
@@ -546,9 +616,11 @@ class FlakyHistory(InMemoryChatMessageHistory):
         super().add_messages(messages)
 
 
-def test_a_failed_write_back_restores_the_inner_history() -> None:
+@pytest.mark.parametrize("read", ["sync", "async"])
+def test_a_failed_write_back_restores_the_inner_history(read: str) -> None:
     """persist: when rewriting the inner history fails after it was cleared, its messages are put back and the
-    error propagates; the next read persists normally. Nothing is lost either way."""
+    error propagates; the next read persists normally. Nothing is lost either way (`messages` and
+    `aget_messages` alike)."""
     inner = FlakyHistory()
     history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000), persist=True)
     everything = []
@@ -557,11 +629,14 @@ def test_a_failed_write_back_restores_the_inner_history() -> None:
                                                                                   id=f"a{i}")]
         inner.add_messages(block)
         everything += block
+    def messages() -> list:
+        return history.messages if read == "sync" else asyncio.run(history.aget_messages())
+
     inner.fail_next_add = True
     with pytest.raises(OSError, match="simulated write failure"):
-        history.messages
+        messages()
     assert [m.id for m in inner.messages] == [m.id for m in everything]
-    view = history.messages
+    view = messages()
     assert [m.id for m in inner.messages] == [m.id for m in view] and len(view) < len(everything)
     kept = {m.id for m in inner.messages} | {m.id for m in history.archive.messages}
     assert kept == {m.id for m in everything}
@@ -597,9 +672,17 @@ def test_constructor_and_add_errors_name_the_problem() -> None:
     with pytest.raises(ValueError, match="archive"):
         CompactingChatMessageHistory(inner, policy, persist=True, archive=inner)
     history = CompactingChatMessageHistory(inner, policy)
-    with pytest.raises(TypeError, match=r"messages\[1\]"):
-        history.add_messages([HumanMessage("ok"), {"role": "user", "content": "a dict"}])  # type: ignore[list-item]
-    assert inner.messages == []
+    for bad, words in [({"role": "robot", "content": "x"}, "dict: Unexpected message type: 'robot'"),
+                       (("human",), "tuple: Message as a sequence must be"), (3, "int: Unsupported message type")]:
+        with pytest.raises(TypeError, match=r"messages\[2\]: cannot be converted") as info:
+            history.add_messages([HumanMessage("ok"), ("ai", "fine"), bad])  # type: ignore[list-item]
+        assert words in str(info.value)
+        with pytest.raises(TypeError, match=r"messages\[2\]"):
+            asyncio.run(history.aadd_messages([HumanMessage("ok"), ("ai", "fine"), bad]))  # type: ignore[list-item]
+    for whole in ("hello", HumanMessage("hello"), {"role": "user", "content": "hello"}):
+        with pytest.raises(TypeError, match="expected a list of messages"):
+            history.add_messages(whole)  # type: ignore[arg-type]
+    assert inner.messages == []  # nothing of a rejected batch was added
 
 
 # ------------------------------------------------------------------------- deprecation and layering

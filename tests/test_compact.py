@@ -18,23 +18,7 @@ from lc_compaction import (
 )
 from lc_compaction.markers import SHORTENED_MARKER, TRUNCATION_PREFIX
 from lc_compaction.structure import check_invariants
-
-
-def tool_turn(n: int, result_chars: int, name: str = "search") -> list:
-    """A request, one tool call with a result of `result_chars` characters, and an answer; ids are unique."""
-    return [
-        HumanMessage(f"request {n}", id=f"h{n}"),
-        AIMessage("", id=f"a{n}", tool_calls=[{"name": name, "args": {"q": n}, "id": f"c{n}", "type": "tool_call"}]),
-        ToolMessage(f"result {n} " + "x" * result_chars, tool_call_id=f"c{n}", name=name, id=f"t{n}"),
-        AIMessage(f"answer {n}", id=f"r{n}"),
-    ]
-
-
-def history(turns: int = 6, result_chars: int = 4000) -> list:
-    msgs = [SystemMessage("You are helpful.", id="sys")]
-    for n in range(turns):
-        msgs += tool_turn(n, result_chars)
-    return msgs
+from tests.builders import ai_call, conversation, history, lookups, tool_result, tool_turn
 
 
 def test_under_trigger_returns_the_same_list_and_objects():
@@ -70,9 +54,7 @@ def test_truncation_note_preview_length_is_configurable():
 
 
 def test_excluded_tools_are_never_truncated():
-    msgs = [SystemMessage("s", id="sys")]
-    for n in range(6):
-        msgs += tool_turn(n, 4000, name="payment" if n == 0 else "search")
+    msgs = conversation("s", (tool_turn(n, 4000, name="payment" if n == 0 else "search") for n in range(6)))
     policy = CompactionPolicy(max_input_tokens=6000, token_counter="approximate",
                               strategies=[TruncateToolResults(exclude_tools=["payment"])])
     result = compact(msgs, policy)
@@ -108,8 +90,7 @@ def test_long_single_request_tool_loop_reaches_into_the_kept_part_sparing_recent
     """One request then a long tool loop: everything is 'kept' by turns, yet it must not overflow."""
     msgs = [SystemMessage("s", id="sys"), HumanMessage("do the task", id="h")]
     for n in range(12):
-        msgs += [AIMessage("", id=f"a{n}", tool_calls=[{"name": "read", "args": {}, "id": f"c{n}", "type": "tool_call"}]),
-                 ToolMessage("y" * 3000, tool_call_id=f"c{n}", id=f"t{n}", name="read")]
+        msgs += [ai_call(f"c{n}", f"a{n}", name="read"), tool_result(f"c{n}", f"t{n}", "y" * 3000, name="read")]
     policy = CompactionPolicy(max_input_tokens=8000, token_counter="approximate",
                               strategies=[TruncateToolResults(keep=3)])
     result = compact(msgs, policy)
@@ -214,11 +195,10 @@ def test_tally_counts_only_new_messages():
     msgs = history(20, 200)
     first = compact(msgs, counter_policy)
     grown = msgs + tool_turn(99, 50)
-    info = counter_policy.counter.cache_info()
+    before = lookups(counter_policy.counter)
     second = compact(grown, counter_policy, tally=CountTally.from_dict(first.tally.to_dict()))
-    after = counter_policy.counter.cache_info()
     # 4 new messages: 4 lookups, not 85
-    assert (after["hits"] + after["misses"]) - (info["hits"] + info["misses"]) == 4
+    assert lookups(counter_policy.counter) - before == 4
     assert second.tokens_before == counter_policy.counter.count_messages(grown)
     # a tally that no longer describes a prefix is ignored (everything is recounted, the figure stays exact)
     stale = CountTally(len(msgs), "not-there", msgs[0].id, 1, first.tally.counter)
@@ -236,10 +216,10 @@ def test_active_turn_keeps_its_leading_thinking_block():
                  {"type": "tool_use", "id": "k0", "name": "read", "input": {"p": 0}}],
         id="think", tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
     msgs = history(3, 2000) + [HumanMessage("now do it", id="hn"), think,
-                               ToolMessage("z" * 6000, tool_call_id="k0", id="tk0", name="read")]
+                               tool_result("k0", "tk0", "z" * 6000, name="read")]
     for n in range(1, 6):
-        msgs += [AIMessage("", id=f"ak{n}", tool_calls=[{"name": "read", "args": {"p": n}, "id": f"k{n}", "type": "tool_call"}]),
-                 ToolMessage("z" * 6000, tool_call_id=f"k{n}", id=f"tk{n}", name="read")]
+        msgs += [ai_call(f"k{n}", f"ak{n}", name="read", args={"p": n}),
+                 tool_result(f"k{n}", f"tk{n}", "z" * 6000, name="read")]
     policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate", keep=("messages", 2),
                               strategies=[DropOldExchanges()])
     result = compact(msgs, policy)
@@ -305,9 +285,8 @@ def test_a_compaction_after_a_tallied_call_does_not_recount_the_prefix():
     grown = msgs + tool_turn(50, 10)
     small = CompactionPolicy(max_input_tokens=counter.count_messages(grown) // 2, token_counter=counter,
                              strategies=[DropOldExchanges()])
-    before = counter.cache_info()
+    before = lookups(counter)
     result = compact(grown, small, tally=first.tally)
-    after = counter.cache_info()
     assert result.triggered and result.actions
-    assert (after["hits"] + after["misses"]) - (before["hits"] + before["misses"]) == 4
+    assert lookups(counter) - before == 4
     assert result.tokens_after == counter.count_messages(result.messages)

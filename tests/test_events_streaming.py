@@ -19,14 +19,16 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessageChunk, HumanMessage, SystemMessage
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.constants import TAG_NOSTREAM
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 
+from lc_compaction import CompactionPolicy
 from lc_compaction.integrations import EVENT_NAME, CompactionMiddleware, CompactionNode
+from lc_compaction.integrations.plan import plan_compaction
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import make_summary_message
-from tests.agent_replay import EventLog, plain_chat
+from tests.agent_replay import EventLog
+from tests.builders import compact_then_model, plain_chat
 
 LOGGER = "lc_compaction.integrations.events"
 OPTIMIZED = re.compile(r"Context optimized: ([\d,]+) -> ([\d,]+) tokens \((.+)\), (\d+) messages affected")
@@ -38,13 +40,7 @@ def _graph(node: CompactionNode, model: Any) -> Any:
     def call_model(state: MessagesState) -> dict:
         return {"messages": [model.invoke(state["messages"])]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", call_model)
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    return builder.compile(checkpointer=InMemorySaver())
+    return compact_then_model(node, call_model)
 
 
 
@@ -107,6 +103,25 @@ def test_event_without_a_parent_run_is_skipped_quietly(caplog: pytest.LogCapture
     update = CompactionNode(max_input_tokens=1_000).invoke({"messages": plain_chat(8, 40)})
     assert update["compaction"]["last"]["outcome"] == "compacted"
     assert any(OPTIMIZED.fullmatch(r.getMessage()) for r in caplog.records)
+
+
+def test_the_plan_names_the_door_in_its_event_and_not_in_its_memory() -> None:
+    """Both doors run `plan_compaction` with their own door name: it is in the event data, while the memory
+    (the state both doors store) is the same whichever door wrote it."""
+    policy = CompactionPolicy(max_input_tokens=1_000, token_counter="approximate")
+    plans = {door: plan_compaction(plain_chat(8, 40), None, policy, door=door)
+             for door in ("langgraph_node", "agent_middleware")}
+    node, middleware = plans["langgraph_node"], plans["agent_middleware"]
+    assert node.event["door"] == "langgraph_node" and middleware.event["door"] == "agent_middleware"
+    assert node.result.compacted and node.event["state_messages"] == len(plain_chat(8, 40))
+    for plan in (node, middleware):
+        assert plan.event == {**plan.memory["last"], "door": plan.event["door"],
+                              "state_messages": plan.event["state_messages"]}
+        assert "door" not in plan.memory["last"] and "state_messages" not in plan.memory["last"]
+    def timeless(memory: dict) -> dict:  # the wall time of the call is the one field that may differ
+        return {**memory, "last": {k: v for k, v in memory["last"].items() if k != "elapsed_ms"}}
+
+    assert timeless(node.memory) == timeless(middleware.memory)
 
 
 # --------------------------------------------------------------------------------------- async paths

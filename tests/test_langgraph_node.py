@@ -31,7 +31,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from typing_extensions import TypedDict
 
-from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays, plain_chat
+from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays
+from tests.builders import compact_then_model, plain_chat, tool_loop
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TruncateToolResults
 from lc_compaction.integrations import CompactionNode, CompactionState, compaction_hook
 
@@ -115,31 +116,12 @@ def test_replayed_conversation_in_both_modes(door: str, conv_id: str) -> None:
 # --------------------------------------------------------------------------------------- how rewrite writes
 
 
-def _tool_history(n: int, size: int) -> list:
-    out: list = [HumanMessage("look things up", id="h0")]
-    for i in range(n):
-        out.append(AIMessage("", id=f"a{i}", tool_calls=[{"name": "lookup", "args": {"q": i}, "id": f"c{i}"}]))
-        out.append(ToolMessage(f"result {i}: " + "lorem ipsum dolor sit amet " * size, tool_call_id=f"c{i}",
-                               name="lookup", id=f"t{i}"))
-    out.append(AIMessage("done", id="final"))
-    out.append(HumanMessage("thanks, one more question", id="h1"))
-    return out
-
-
-
-
 def _model_free_graph(node: CompactionNode) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", lambda state: {"messages": [AIMessage("ok", id=f"reply{len(state['messages'])}")]})
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    return builder.compile(checkpointer=InMemorySaver())
+    return compact_then_model(node, lambda state: {"messages": [AIMessage("ok", id=f"reply{len(state['messages'])}")]})
 
 
 def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
-    history = _tool_history(4, 60)
+    history = tool_loop(4, 60)
     node = CompactionNode(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "t"}}
@@ -221,7 +203,7 @@ def test_tools_and_system_prompt_are_counted() -> None:
     dressed = CompactionNode(max_input_tokens=1_000, tools=[search_flights], system_prompt="You are an airline agent.")
     assert bare.extra_tokens == 0
     assert dressed.extra_tokens > 0
-    history = _tool_history(2, 30)
+    history = tool_loop(2, 30)
     before = bare.invoke({"messages": history})["compaction"]["last"]["tokens_before"]
     after = dressed.invoke({"messages": history})["compaction"]["last"]["tokens_before"]
     assert after == before + dressed.extra_tokens
@@ -241,13 +223,7 @@ def test_custom_state_keys() -> None:
 
     node = CompactionNode(max_input_tokens=1_000, mode="view", messages_key="history", output_key="model_view",
                           memory_key="memo")
-    builder = StateGraph(State)
-    builder.add_node("compact", node, input_schema=State)
-    builder.add_node("model", model)
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_edge("model", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = compact_then_model(node, model, State, input_schema=State)
     config = {"configurable": {"thread_id": "k"}}
     history = plain_chat(8, 40)
     graph.invoke({"history": history}, config)
@@ -279,8 +255,6 @@ def test_a_message_edited_by_id_is_recounted(mode: str) -> None:
     """`update_state` replacing a message by id with a much larger one: the next model call is compacted to fit,
     never sent at the stale size (the counting tally covers only the very same message objects)."""
     from langchain_core.messages import AIMessage as AI, HumanMessage as Human
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.graph import END, START, StateGraph
 
     from lc_compaction import TiktokenCounter
     from lc_compaction.integrations import CompactionNode, CompactionState
@@ -291,13 +265,7 @@ def test_a_message_edited_by_id_is_recounted(mode: str) -> None:
         sent.append(state["llm_input_messages"] if mode == "view" else state["messages"])
         return {"messages": [AI("ok", id=f"ai{len(sent)}")]}
 
-    b = StateGraph(CompactionState)
-    b.add_node("compact", CompactionNode(max_input_tokens=4000, mode=mode))
-    b.add_node("model", model)
-    b.add_edge(START, "compact")
-    b.add_edge("compact", "model")
-    b.add_edge("model", END)
-    g = b.compile(checkpointer=InMemorySaver())
+    g = compact_then_model(CompactionNode(max_input_tokens=4000, mode=mode), model, CompactionState)
     cfg = {"configurable": {"thread_id": "1"}}
     g.invoke({"messages": [Human("attach doc", id="u1")]}, cfg)
     g.update_state(cfg, {"messages": [Human("attach doc: " + "lorem ipsum " * 6000, id="u1")]})

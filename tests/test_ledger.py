@@ -17,6 +17,7 @@ from lc_compaction.strategies.ledger import (
 from lc_compaction.strategies.summarize import Summarize
 from lc_compaction.tokens import TiktokenCounter
 
+from tests.builders import tool_exchange
 from tests.oracle import check_all_structural
 
 COUNT = TiktokenCounter().count_text
@@ -31,13 +32,9 @@ def filler(chars: int) -> str:
 
 def booking_turn(k: int, result_chars: int = 40) -> list:
     """One user turn with one tool call (result of `result_chars` characters) and an answer."""
-    return [
-        HumanMessage(f"Please look up reservation R{k:03d}X for me.", id=f"h{k}"),
-        AIMessage("", tool_calls=[{"name": "get_reservation", "args": {"reservation_id": f"R{k:03d}X"}, "id": f"c{k}"}],
-                  id=f"a{k}"),
-        ToolMessage(filler(result_chars), tool_call_id=f"c{k}", name="get_reservation", id=f"t{k}"),
-        AIMessage(f"Reservation R{k:03d}X is confirmed.", id=f"b{k}"),
-    ]
+    return tool_exchange(k, f"Please look up reservation R{k:03d}X for me.", filler(result_chars),
+                         f"Reservation R{k:03d}X is confirmed.", tool="get_reservation",
+                         args={"reservation_id": f"R{k:03d}X"}, answer_id=f"b{k}")
 
 
 def test_entries_list_requests_tool_calls_with_arguments_and_result_size_and_answers():

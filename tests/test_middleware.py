@@ -29,9 +29,9 @@ from tests.agent_replay import (
     check_model_input,
     check_stored_history,
     load_replays,
-    plain_chat,
     wire_tokens,
 )
+from tests.builders import plain_chat, tool_loop
 from lc_compaction import CompactionPolicy, TruncateToolResults
 from lc_compaction.integrations import CompactionMiddleware
 
@@ -170,14 +170,8 @@ def test_a_policy_object_and_keyword_settings_give_the_same_result() -> None:
 
 
 def test_truncation_only_is_stored_in_place() -> None:
-    history: list = [HumanMessage("look things up", id="h0")]
-    for i in range(4):
-        history.append(AIMessage("", id=f"a{i}", tool_calls=[{"name": "lookup_reservation", "id": f"c{i}",
-                                                              "args": {"reservation_id": f"R{i}"}}]))
-        history.append(ToolMessage(f"result {i}: " + "lorem ipsum dolor sit amet " * 60, tool_call_id=f"c{i}",
-                                   name="lookup_reservation", id=f"t{i}"))
-    history.append(AIMessage("done", id="final"))
-    history.append(HumanMessage("one more question", id="h1"))
+    history = tool_loop(4, 60, tool="lookup_reservation", args=lambda i: {"reservation_id": f"R{i}"},
+                        last="one more question")
     model = ReplayChatModel(messages=iter([AIMessage("answer", id="reply")]))
     mw = CompactionMiddleware(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])
     agent = create_agent(model, [], middleware=[mw], checkpointer=InMemorySaver())

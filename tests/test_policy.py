@@ -86,3 +86,12 @@ def test_pins_by_id_predicate_and_mark():
     marked = pin_message(HumanMessage("y", id="other"))
     assert CompactionPolicy(trigger=("tokens", 1), token_counter="messages").is_pinned_by_caller(marked)
     assert not CompactionPolicy(trigger=("tokens", 1), token_counter="messages").is_pinned_by_caller(m)
+
+
+def test_trigger_tokens_lists_every_token_threshold_and_no_message_threshold():
+    """`trigger_tokens()` (what the CLI's and the notebooks' plots draw): a `tokens` threshold as given, a
+    `fraction` times the window, `messages` left out; in clause order."""
+    p = CompactionPolicy(max_input_tokens=10_000, token_counter="approximate",
+                         trigger=[("tokens", 9_000), ("messages", 50), {"fraction": 0.7, "messages": 20}])
+    assert p.trigger_tokens() == [9_000, 0.7 * 10_000]
+    assert CompactionPolicy(trigger=("messages", 5), token_counter="approximate").trigger_tokens() == []

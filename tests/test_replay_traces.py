@@ -29,10 +29,13 @@ from lc_compaction.replay import (
     CallRecord,
     ReplayError,
     areplay_conversation,
+    areplay_files,
     percentile,
     replay_conversation,
+    replay_files,
     summarize_calls,
 )
+from lc_compaction.traces import bundled_traces
 from tests.oracle import CheckContext, check, check_all_structural, load_traces, trace_files
 from tests.oracle.checks import same_message
 
@@ -198,7 +201,8 @@ def test_async_replay_gives_the_same_records():
         assert [m.id for m in sync.messages] == [m.id for m in asyn.messages]
 
 
-def test_compaction_error_names_conversation_and_call():
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_compaction_error_names_conversation_and_call(mode):
     recording = _traces()[_ids()[0]]
 
     def broken(messages, policy):
@@ -206,9 +210,34 @@ def test_compaction_error_names_conversation_and_call():
             raise RuntimeError("boom")
         return compact(messages, policy)
 
+    async def abroken(messages, policy):
+        return broken(messages, policy)
+
     with pytest.raises(ReplayError, match=r"conversation 'x', model call 2 .*RuntimeError: boom") as info:
-        replay_conversation(recording, _policy(4_000), conversation_id="x", compact_fn=broken)
+        if mode == "sync":
+            replay_conversation(recording, _policy(4_000), conversation_id="x", compact_fn=broken)
+        else:
+            asyncio.run(areplay_conversation(recording, _policy(4_000), conversation_id="x", compact_fn=abroken))
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_async_file_replay_gives_the_same_report():
+    """areplay_files (acompact) and replay_files (compact) give the same report on the bundled traces (times
+    aside), file by file and conversation by conversation."""
+    policy = _policy(4_000)
+    paths = bundled_traces()
+    sync = replay_files(paths, policy, progress=False)
+    asyn = asyncio.run(areplay_files(paths, policy, progress=False))
+
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if not k.startswith("compaction_ms")}
+        return [strip(v) for v in d] if isinstance(d, list) else d
+
+    assert [f.path for f in asyn.files] == paths
+    assert len(sync.conversations) == len(asyn.conversations) >= 2
+    assert sync.totals()["compactions"] > 0
+    assert strip(sync.to_dict()) == strip(asyn.to_dict())
 
 
 def test_messages_without_ids_get_stable_ids_and_are_not_mutated():

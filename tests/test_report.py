@@ -100,5 +100,5 @@ def test_missing_plot_library_says_how_to_install(monkeypatch):
     import importlib
 
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: fake_import(name))
-    with pytest.raises(ImportError, match=r"pip install 'lc-compaction\[plot\]'"):
+    with pytest.raises(ImportError, match=r"needs the 'pandas' package .*pip install \"lc-compaction\[plot\]\""):
         calls_dataframe(_report().conversations[0])

@@ -9,18 +9,14 @@ from lc_compaction.structure import (
     MISSING_RESULT_TEXT,
     check_invariants,
     ensure_ids,
+    open_tool_block_start,
     repair_history,
     split_exchanges,
     split_steps,
+    tool_block_end,
 )
-
-
-def call(cid: str, mid: str, text: str = "") -> AIMessage:
-    return AIMessage(text, id=mid, tool_calls=[{"name": "f", "args": {}, "id": cid, "type": "tool_call"}])
-
-
-def result(cid: str, mid: str) -> ToolMessage:
-    return ToolMessage("r", tool_call_id=cid, id=mid)
+from tests.builders import ai_call as call  # an AIMessage calling tool f once
+from tests.builders import tool_result as result  # its ToolMessage, text "r"
 
 
 def test_steps_end_after_tool_blocks_and_before_requests():
@@ -105,3 +101,19 @@ def test_message_kinds_follow_the_class_hierarchy():
     history = [TicketMessage("q", id="h"), chunk, ToolMessage("r", tool_call_id="c1", id="t")]
     assert check_invariants(history) == []
     assert [s.kind for s in split_steps(history)] == ["request", "assistant"]
+
+
+def test_tool_block_end_and_an_open_block_at_the_end():
+    two = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {}, "id": c, "type": "tool_call"} for c in ("c1", "c2")])
+    head = [HumanMessage("q", id="h")]
+    assert tool_block_end(head + [two, result("c1", "t1"), result("c2", "t2")], 1) == 4
+    assert tool_block_end(head + [two, result("c1", "t1"), HumanMessage("q2", id="h2")], 1) == 3
+    assert tool_block_end(head + [AIMessage("plain", id="p")], 1) == 2  # no call: the message alone
+    # open: the calls of the last AIMessage are answered in part, or not yet at all
+    assert open_tool_block_start(head + [two]) == 1
+    assert open_tool_block_start(head + [two, result("c1", "t1")]) == 1
+    # not open: every call answered, no call at all, or a result that answers none of the calls
+    assert open_tool_block_start(head + [two, result("c1", "t1"), result("c2", "t2")]) == 4
+    assert open_tool_block_start(head + [AIMessage("plain", id="p")]) == 2
+    assert open_tool_block_start(head + [two, result("other", "t9")]) == 3
+    assert open_tool_block_start([result("c1", "t1")]) == 1

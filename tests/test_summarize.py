@@ -16,7 +16,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.exceptions import ModelAPIError, ModelInvalidRequestError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +34,7 @@ from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
 from lc_compaction.tokens import TiktokenCounter
 
+from tests.builders import conversation, tool_exchange
 from tests.oracle import check_all_structural, run_checks
 from tests.oracle.checks import CheckContext, model_view
 from tests.oracle.generators import histories
@@ -116,23 +117,27 @@ def release():
 
 # ----------------------------------------------------------------------------------------------------- histories
 def turn(k: int, result_words: int = 120) -> list[BaseMessage]:
-    """A user request naming a reservation, the lookup tool call, its (long) result and the answer."""
+    """A user request naming a reservation, the lookup tool call (id `call{k}`), its (long) result and the answer
+    (id `b{k}`)."""
     record = " ".join(f"seat{j % 9} row{j % 30} meal{j % 4}" for j in range(result_words // 3))
-    return [
-        HumanMessage(f"Request {k}: please check reservation RES{k:03d}Q and seat map.", id=f"h{k}"),
-        AIMessage("", tool_calls=[{"name": "get_reservation", "args": {"reservation_id": f"RES{k:03d}Q"},
-                                   "id": f"call{k}"}], id=f"a{k}"),
-        ToolMessage(f'{{"reservation_id": "RES{k:03d}Q", "amount": {1000 + k}, "notes": "{record}"}}',
-                    tool_call_id=f"call{k}", name="get_reservation", id=f"t{k}"),
-        AIMessage(f"Reservation RES{k:03d}Q is confirmed for you.", id=f"b{k}"),
-    ]
+    return tool_exchange(k, f"Request {k}: please check reservation RES{k:03d}Q and seat map.",
+                         f'{{"reservation_id": "RES{k:03d}Q", "amount": {1000 + k}, "notes": "{record}"}}',
+                         f"Reservation RES{k:03d}Q is confirmed for you.", tool="get_reservation",
+                         args={"reservation_id": f"RES{k:03d}Q"}, call_id=f"call{k}", answer_id=f"b{k}")
 
 
 def history(turns: int, result_words: int = 120) -> list[BaseMessage]:
-    out: list[BaseMessage] = [SystemMessage("You are a travel agent.", id="sys")]
-    for k in range(turns):
-        out += turn(k, result_words)
-    return out
+    return conversation("You are a travel agent.", (turn(k, result_words) for k in range(turns)))
+
+
+def requests_and_answers() -> list[BaseMessage]:
+    """Twelve exchanges of a request and an answer (about 60 words each, no tools), then a last request."""
+    msgs: list[BaseMessage] = []
+    for n in range(12):
+        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"),
+                 AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
+    msgs.append(HumanMessage("last", id="hl"))
+    return msgs
 
 
 def policy(strategy: Summarize, window: int = 3000, **kw: Any) -> CompactionPolicy:
@@ -565,15 +570,10 @@ def test_generated_histories_keep_every_rule_and_one_summary(msgs, window, keep,
 def test_default_fallback_keeps_the_history_while_it_fits_and_writes_the_ledger_when_it_must_shrink():
     """fallback="auto": a failed model removes nothing while the history fits the window (the next call tries
     again); over the window, the deterministic ledger replaces the old part so the call fits."""
-    from langchain_core.messages import AIMessage, HumanMessage
-
     from lc_compaction import CompactionPolicy, compact
     from tests.oracle.cases import fake_summary_model
 
-    msgs = []
-    for n in range(12):
-        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"), AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
-    msgs.append(HumanMessage("last", id="hl"))
+    msgs = requests_and_answers()
     total = CompactionPolicy(max_input_tokens=10**6, token_counter="approximate").counter.count_messages(msgs)
     # soft pass only: above the trigger, within the window
     soft = CompactionPolicy(max_input_tokens=int(total * 1.1), reserve=0, token_counter="approximate",
@@ -593,14 +593,10 @@ def test_a_placeholder_reply_is_not_stored_as_a_summary():
     """A model that answers "Error generating summary." (or another placeholder) has failed: the ledger is
     written instead, never the placeholder."""
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
-    from langchain_core.messages import AIMessage, HumanMessage
 
     from lc_compaction import CompactionPolicy, compact
 
-    msgs = []
-    for n in range(12):
-        msgs += [HumanMessage(f"request {n} " + "words " * 60, id=f"h{n}"), AIMessage(f"answer {n} " + "more " * 60, id=f"a{n}")]
-    msgs.append(HumanMessage("last", id="hl"))
+    msgs = requests_and_answers()
     for placeholder in ("Error generating summary.", "No previous conversation history"):
         model = FakeListChatModel(responses=[placeholder] * 10)
         policy = CompactionPolicy(max_input_tokens=1500, reserve=0, token_counter="approximate",

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
 from lc_compaction import CompactionPolicy, acompact, compact
@@ -22,6 +21,7 @@ from lc_compaction.markers import is_summary, summary_text
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
 from lc_compaction.tokens import TiktokenCounter
+from tests.builders import conversation, tool_exchange
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 
@@ -88,16 +88,12 @@ def server() -> Iterator[FakeOpenAI]:
 
 
 def history() -> list:
-    msgs = [SystemMessage("You are an airline agent.", id="sys")]
-    for k in range(14):
-        record = " ".join(f"seat{j % 9} row{j % 30}" for j in range(90))
-        msgs += [HumanMessage(f"Request {k}: check reservation RES{k:03d}Q.", id=f"h{k}"),
-                 AIMessage("", tool_calls=[{"name": "get_reservation", "args": {"reservation_id": f"RES{k:03d}Q"},
-                                            "id": f"c{k}"}], id=f"a{k}"),
-                 ToolMessage(f'{{"reservation_id": "RES{k:03d}Q", "notes": "{record}"}}', tool_call_id=f"c{k}",
-                             name="get_reservation", id=f"t{k}"),
-                 AIMessage(f"RES{k:03d}Q is confirmed.", id=f"b{k}")]
-    return msgs
+    record = " ".join(f"seat{j % 9} row{j % 30}" for j in range(90))
+    return conversation("You are an airline agent.", (
+        tool_exchange(k, f"Request {k}: check reservation RES{k:03d}Q.",
+                      f'{{"reservation_id": "RES{k:03d}Q", "notes": "{record}"}}', f"RES{k:03d}Q is confirmed.",
+                      tool="get_reservation", args={"reservation_id": f"RES{k:03d}Q"}, answer_id=f"b{k}")
+        for k in range(14)))
 
 
 def policy(strategy: Summarize) -> CompactionPolicy:

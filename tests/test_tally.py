@@ -10,13 +10,8 @@ import numpy as np
 from langchain_core.messages import AIMessage, HumanMessage, messages_from_dict, messages_to_dict
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, compact
-from lc_compaction.tally import _PREFIXES, CountTally
-from tests.test_compact import history, tool_turn
-
-
-def lookups(counter: ApproximateCounter) -> int:
-    info = counter.cache_info()
-    return info["hits"] + info["misses"]
+from lc_compaction.tally import CountTally, covered_objects
+from tests.builders import history, lookups, tool_turn
 
 
 def steady(counter: ApproximateCounter) -> CompactionPolicy:
@@ -50,8 +45,8 @@ def test_a_history_loaded_again_from_a_checkpoint_is_matched_by_value_then_by_po
     second = compact(loaded, policy, tally=first.tally)
     assert lookups(counter) - before == 4
     assert second.tokens_before == counter.count_messages(loaded)
-    snapshot = _PREFIXES._data[_PREFIXES._key(second.tally, counter)].objects
-    assert all(a is b for a, b in zip(snapshot, loaded, strict=True))
+    snapshot = covered_objects(second.tally, counter)
+    assert snapshot is not None and all(a is b for a, b in zip(snapshot, loaded, strict=True))
 
 
 def test_a_message_replaced_with_other_content_makes_the_whole_history_recounted():
@@ -123,16 +118,16 @@ def test_a_call_that_grows_the_same_history_meanwhile_cannot_change_the_counts_a
     branch_a = base + tool_turn(50, 8000)  # over the window: compacts
     branch_b = base + tool_turn(60, 1)
     a_has_counts, b_done = threading.Event(), threading.Event()
-    original = compact_module._Run._prefix_counts
+    original = compact_module.prefix_counts
 
-    def prefix_counts_then_wait(self):  # stands for a thread switch right after A read the prefix counts
-        counts = original(self)
+    def prefix_counts_then_wait(tally, counter):  # stands for a thread switch right after A read the prefix counts
+        counts = original(tally, counter)
         if threading.current_thread().name == "A":
             a_has_counts.set()
             b_done.wait(5)
         return counts
 
-    monkeypatch.setattr(compact_module._Run, "_prefix_counts", prefix_counts_then_wait)
+    monkeypatch.setattr(compact_module, "prefix_counts", prefix_counts_then_wait)
     out = {}
 
     def run_a():
@@ -148,6 +143,7 @@ def test_a_call_that_grows_the_same_history_meanwhile_cannot_change_the_counts_a
         t.start()
     for t in threads:
         t.join()
+    assert a_has_counts.is_set()  # A did read the prefix counts through the patched lookup
     reference = ApproximateCounter(cache_size=0)
     a = out["a"]
     assert a.triggered and a.actions

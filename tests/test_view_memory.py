@@ -13,26 +13,21 @@ from typing import Any
 from langchain_core.messages import BaseMessage, message_to_dict
 
 from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, TruncateToolResults
-from lc_compaction.integrations.langgraph import plan_compaction
-from lc_compaction.integrations.view import _VIEWS
+from lc_compaction.integrations.plan import plan_compaction
+from lc_compaction.integrations import view as view_cache
 from lc_compaction.structure import check_invariants
-from lc_compaction.tally import _PREFIXES
-from tests.test_compact import history, tool_turn
+from lc_compaction import tally as count_tally
+from tests.builders import history, lookups, tool_turn
 
 
 def dicts(messages: list[BaseMessage]) -> list[dict]:
     return [message_to_dict(m) for m in messages]
 
 
-def lookups(counter: ApproximateCounter) -> int:
-    info = counter.cache_info()
-    return info["hits"] + info["misses"]
-
-
 def forget_process_state() -> None:
     """What a new process starts with: no view kept as objects, no counting snapshot."""
-    _VIEWS._data.clear()
-    _PREFIXES._data.clear()
+    view_cache.clear()
+    count_tally.clear()
 
 
 def session(policy: CompactionPolicy, calls: int) -> tuple[list[BaseMessage], list[Any]]:
@@ -44,7 +39,7 @@ def session(policy: CompactionPolicy, calls: int) -> tuple[list[BaseMessage], li
     for n in range(calls + 1):
         if n:
             stored = stored + tool_turn(100 + n, 40)  # a new list each call, as add_messages makes
-        plan = plan_compaction(stored, memory, policy, mode="view")
+        plan = plan_compaction(stored, memory, policy, door="langgraph_node", mode="view")
         memory = plan.memory
         out.append((len(stored), plan.model_input, memory))
     return stored, out
@@ -58,13 +53,13 @@ def test_steady_calls_count_only_the_new_messages_and_the_memory_does_not_grow()
     counter = ApproximateCounter()
     pol = policy(counter)
     stored = history(10, 3000)
-    first = plan_compaction(stored, None, pol, mode="view")
+    first = plan_compaction(stored, None, pol, door="langgraph_node", mode="view")
     assert first.result.compacted and first.memory["view"]["replaced"]  # truncated results are remembered
     memory, previous = first.memory, first.model_input
     for n in range(1, 8):
         stored = stored + tool_turn(100 + n, 40)
         before = lookups(counter)
-        plan = plan_compaction(stored, memory, pol, mode="view")
+        plan = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view")
         assert not plan.result.compacted
         assert lookups(counter) - before == 4  # the four new messages only
         # the model input grows by appending: the previous input, then the new messages
@@ -81,9 +76,9 @@ def test_a_fresh_process_rebuilds_the_same_view_from_the_json_memory():
     stored, calls = session(pol, 5)
     length, model_input, memory = calls[-2]
     grown = stored[: length + 4]
-    warm = plan_compaction(grown, memory, pol, mode="view")
+    warm = plan_compaction(grown, memory, pol, door="langgraph_node", mode="view")
     forget_process_state()
-    cold = plan_compaction(grown, memory, pol, mode="view")
+    cold = plan_compaction(grown, memory, pol, door="langgraph_node", mode="view")
     assert dicts(cold.model_input) == dicts(warm.model_input)
     assert cold.memory["view"] == warm.memory["view"]
     assert cold.result.tokens_before == warm.result.tokens_before
@@ -108,8 +103,8 @@ def test_two_policies_on_histories_with_the_same_ids_never_share_a_view():
         if n:
             stored_a = stored_a + tool_turn(100 + n, 40)
             stored_b = stored_b + tool_turn(100 + n, 40)
-        a = plan_compaction(stored_a, memory_a, truncating, mode="view")
-        b = plan_compaction(stored_b, memory_b, dropping, mode="view")
+        a = plan_compaction(stored_a, memory_a, truncating, door="langgraph_node", mode="view")
+        b = plan_compaction(stored_b, memory_b, dropping, door="langgraph_node", mode="view")
         memory_a, memory_b = a.memory, b.memory
         seen["truncating"].append(dicts(a.model_input))
         seen["dropping"].append(dicts(b.model_input))
@@ -125,7 +120,7 @@ def test_a_stored_message_replaced_by_id_is_seen_by_the_next_view():
     edited = list(stored)
     edited[kept] = stored[kept].model_copy(update={"content": "a corrected answer"})
     edited += tool_turn(500, 10)
-    plan = plan_compaction(edited, memory, pol, mode="view")
+    plan = plan_compaction(edited, memory, pol, door="langgraph_node", mode="view")
     sent = {m.id: m for m in plan.model_input}
     assert sent[stored[kept].id].content == "a corrected answer"
     assert plan.result.tokens_before == pol.counter.count_messages(plan.model_input)
@@ -148,7 +143,7 @@ def test_a_compaction_right_after_a_checkpoint_load_remembers_only_what_it_rewro
     stored, calls = session(pol, 1)
     _, _, memory = calls[-1]
     stored = reloaded(stored) + tool_turn(300, 9000)  # a large tool result: this call compacts again
-    plan = plan_compaction(stored, memory, pol, mode="view")
+    plan = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view")
     assert plan.result.compacted
     by_id = {m.id: m for m in stored}
     replaced = plan.memory["view"]["replaced"]
@@ -164,14 +159,14 @@ def test_an_edit_by_id_after_a_checkpoint_load_reaches_the_model():
     stored, calls = session(pol, 1)
     _, _, memory = calls[-1]
     stored = reloaded(stored) + tool_turn(300, 9000)
-    memory = plan_compaction(stored, memory, pol, mode="view").memory
+    memory = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view").memory
     first_request = next(i for i, m in enumerate(stored) if m.type == "human")
     edited = reloaded(stored)
     edited[first_request] = edited[first_request].model_copy(update={"content": "EDITED first request"})
     edited += tool_turn(400, 20)
-    warm = plan_compaction(edited, memory, pol, mode="view")
+    warm = plan_compaction(edited, memory, pol, door="langgraph_node", mode="view")
     forget_process_state()
-    cold = plan_compaction(edited, memory, pol, mode="view")
+    cold = plan_compaction(edited, memory, pol, door="langgraph_node", mode="view")
     for plan in (warm, cold):
         sent = {m.id: m.content for m in plan.model_input}
         assert sent[stored[first_request].id] == "EDITED first request"

@@ -10,6 +10,9 @@
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
 - `recall_tool_result` (`integrations/recall.py`): the tool that reads back what offload kept
   (`offload=True` on either door; `integrations/offload.py` does the writes).
+
+What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout,
+the offload writes) lives in `integrations/plan.py`; view mode's memory in `integrations/view.py`.
 """
 
 from typing import Any

@@ -17,11 +17,11 @@ every read, and an LLM summarizer is called once per compaction, not once per tu
 
 Reads are cached and incremental: the wrapper remembers the view and the inner messages it covers (as read).
 A read whose inner history does not start with those messages, the same or equal ones (cleared, or rewritten by
-another process: a message redacted in place), rebuilds the view from the first message. Reading again with no add in between returns the same list (RunnableWithMessageHistory
-reads the history when a run starts and again when it ends, and slices the run's input by that length); a read
-after k new messages folds only those k: k tokenizations and k calls of `compact` over the view, each counting
-only its new message (it gets the previous call's count tally). The first read in a new process folds the whole stored history once (measured: about
-0.4 s for 1,000 tau-bench messages and a 16k window).
+another process: a message redacted in place), rebuilds the view from the first message. Reading again with no
+add in between returns the same list (RunnableWithMessageHistory reads the history when a run starts and again
+when it ends, and slices the run's input by that length); a read after k new messages folds only those k: k
+tokenizations and k calls of `compact` over the view, each counting only its new message (it gets the previous
+call's count tally). The first read in a new process folds the whole stored history once, O(history).
 
 An open tool call at the end of the history (an AIMessage whose ToolMessages have not all been added yet: the
 chain returned tool calls, and the caller will send the results as the next input) is left out of compaction
@@ -48,17 +48,23 @@ import asyncio
 import hashlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    MessageLikeRepresentation,
+    convert_to_messages,
+    message_to_dict,
+)
+from langchain_core.prompt_values import PromptValue
 
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import InvalidHistoryError, Violation, call_ids
+from lc_compaction.structure import InvalidHistoryError, Violation, open_tool_block_start
 from lc_compaction.tally import CountTally, starts_with
 
 __all__ = ["CompactingChatMessageHistory"]
@@ -68,28 +74,22 @@ _ASYNC_LOCK_POLL_SECONDS = 0.002
 Polling never blocks the event loop and cannot deadlock on a full thread pool (a thread-pool wait could)."""
 
 
-def _open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
-    """Index where a trailing, still-open tool block starts; `len(messages)` when there is none.
+_T = TypeVar("_T")
 
-    An open tool block is the last AIMessage when it has `tool_calls` not all answered yet, followed only by
-    ToolMessages answering some of those calls (the results received so far). Such a tail is a normal state of a
-    chat history between two runs of a chain; it is not a complete history, so it is kept out of compaction.
-    Anything else (a ToolMessage that answers none of those calls, for instance) is left to the core's invariant
-    check, which names the message. Cost: O(length of the tail), in messages.
+
+class _Io(NamedTuple):
+    """One call of the outside world that a read, a write-back or a clear makes, yielded by those steps and carried
+    out by `CompactingChatMessageHistory._run` (sync) or `_arun` (async).
+
+    - "read": the messages of `target` (a list); "add": `target.add_messages(messages)`; "clear": `target.clear()`;
+    - "compact": `compact(messages, policy, extra_tokens=..., tally=...)` (a strategy may call a model).
     """
-    n = len(messages)
-    j = n
-    while j > 0 and isinstance(messages[j - 1], ToolMessage):
-        j -= 1
-    if j == 0:
-        return n
-    calls = set(call_ids(messages[j - 1]))
-    if not calls:
-        return n
-    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
-    if not answered <= calls or answered == calls:
-        return n
-    return j - 1
+
+    what: Literal["read", "add", "clear", "compact"]
+    target: Any = None  # the history to read, add to or clear (the inner history or the archive)
+    messages: Sequence[BaseMessage] = ()
+    extra_tokens: int = 0
+    tally: CountTally | None = None
 
 
 def _stored_id(message: BaseMessage, position: int) -> str:
@@ -196,57 +196,39 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                 messages are put back first).
         """
         with self._lock:
-            raw = list(self.inner.messages)
-            plan = self._plan(raw)
-            if plan is None:
-                return list(self._view)
-            view, new = plan
-            changed = False
-            for message in new:
-                view, step_changed = self._step(view + [message], raw)
-                changed |= step_changed
-            if self.persist and changed:
-                self._write_back(raw, view)
-            else:
-                self._remember(view, raw)
-            return list(view)
+            return self._run(self._reading())
 
     async def aget_messages(self) -> list[BaseMessage]:
         """Async twin of `messages`: reads through `inner.aget_messages()`, compacts with `acompact` (so an LLM
         summarizer is awaited) and writes back with `inner.aclear()` / `aadd_messages()`."""
         async with self._alocked():
-            raw = list(await self.inner.aget_messages())
-            plan = self._plan(raw)
-            if plan is None:
-                return list(self._view)
-            view, new = plan
-            changed = False
-            for message in new:
-                view, step_changed = await self._astep(view + [message], raw)
-                changed |= step_changed
-            if self.persist and changed:
-                await self._awrite_back(raw, view)
-            else:
-                self._remember(view, raw)
-            return list(view)
+            return await self._arun(self._reading())
 
     # ------------------------------------------------------------------ writing
-    def add_message(self, message: BaseMessage) -> None:
+    def add_message(self, message: MessageLikeRepresentation) -> None:
         """Add one message to the inner history (see `add_messages`)."""
         self.add_messages([message])
 
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Add messages to the inner history, unchanged, in one `inner.add_messages` call.
+    def add_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Add messages to the inner history, in one `inner.add_messages` call.
+
+        Args:
+            messages: every form `langchain_core.messages.convert_to_messages` accepts: `BaseMessage`s (stored
+                as they are, the same objects), `(role, content)` tuples, OpenAI-style dicts, strings (a human
+                message), or a `PromptValue`. `RunnableWithMessageHistory` passes the chain's input as the user
+                gave it (`{"messages": [("human", "...")]}` arrives as tuples), so they are converted here,
+                once, and the inner history always receives `BaseMessage`s.
 
         Raises:
-            TypeError: an item is not a `BaseMessage` (naming its index); nothing is added then.
+            TypeError: `messages` is a single string, message or dict instead of a list of them, or an item
+                cannot be converted to a message (naming its index and why); nothing is added then.
         """
         batch = _checked(messages)
         with self._lock:
             self.inner.add_messages(batch)
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async twin of `add_messages` (through `inner.aadd_messages`)."""
+    async def aadd_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Async twin of `add_messages` (through `inner.aadd_messages`); the same forms and errors."""
         batch = _checked(messages)
         async with self._alocked():
             await self.inner.aadd_messages(batch)
@@ -254,16 +236,110 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
     def clear(self) -> None:
         """Clear the inner history and forget the view. The archive is left as it is (clear it yourself)."""
         with self._lock:
-            self.inner.clear()
-            self._remember([], [])
-            self.last_result = None
+            self._run(self._clearing())
 
     async def aclear(self) -> None:
         """Async twin of `clear` (through `inner.aclear`)."""
         async with self._alocked():
-            await self.inner.aclear()
-            self._remember([], [])
-            self.last_result = None
+            await self._arun(self._clearing())
+
+    # ------------------------------------------------------------------ the steps, written once
+    # `_reading` and `_clearing` are generators: each yields the I/O it needs (an `_Io`) and gets its result
+    # back; `_run` carries them out with the sync calls, `_arun` with the async ones (as compact / acompact
+    # drive one ladder). An error of a call is thrown back into the generator at that step.
+    def _reading(self) -> Generator[_Io, Any, list[BaseMessage]]:
+        """Read the inner history, fold the messages added since the last read into the view, and with `persist`
+        write a changed view back; return the view (a new list)."""
+        raw = yield _Io("read", self.inner)
+        plan = self._plan(raw)
+        if plan is None:
+            return list(self._view)
+        view, new = plan
+        changed = False
+        for message in new:
+            messages = view + [message]
+            head, tail, extra = self._split(messages)
+            try:
+                result = yield _Io("compact", messages=head, extra_tokens=extra, tally=self._tally)
+            except InvalidHistoryError as exc:
+                raise _located(exc, head, raw, self.inner) from exc
+            view, step_changed = self._after(result, messages, tail)
+            changed |= step_changed
+        if self.persist and changed:
+            yield from self._writing_back(raw, view)
+        else:
+            self._remember(view, raw)
+        return list(view)
+
+    def _writing_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> Generator[_Io, Any, None]:
+        """Archive the evicted messages, then replace the inner history by `view`. Skipped (the view is still
+        returned; the cache keeps its earlier state, so the next read folds again) when the inner history changed
+        since `raw` was read (another process or a direct write to the inner history)."""
+        evicted = self._eviction(raw, view)
+        current = yield _Io("read", self.inner)
+        if not _same(current, raw):
+            return
+        if evicted:
+            yield _Io("add", self.archive, evicted)
+        yield _Io("clear", self.inner)
+        try:
+            yield _Io("add", self.inner, view)
+        except GeneratorExit:  # the generator is being closed, not a failed write: nothing to put back
+            raise
+        except BaseException:
+            yield _Io("clear", self.inner)
+            yield _Io("add", self.inner, raw)
+            raise
+        self._remember(view, view)
+
+    def _clearing(self) -> Generator[_Io, Any, None]:
+        yield _Io("clear", self.inner)
+        self._remember([], [])
+        self.last_result = None
+
+    def _run(self, steps: Generator[_Io, Any, _T]) -> _T:
+        """Carry out `steps` with the sync calls (`inner.messages`, `add_messages`, `clear`, `compact`)."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                io = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if io.what == "read":
+                    value = list(io.target.messages)
+                elif io.what == "add":
+                    io.target.add_messages(io.messages)
+                elif io.what == "clear":
+                    io.target.clear()
+                else:
+                    value = compact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
+            except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
+                error = exc
+
+    async def _arun(self, steps: Generator[_Io, Any, _T]) -> _T:
+        """Carry out `steps` with the async calls (`inner.aget_messages`, `aadd_messages`, `aclear`, `acompact`)."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                io = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value, error = None, None
+            try:
+                if io.what == "read":
+                    value = list(await io.target.aget_messages())
+                elif io.what == "add":
+                    await io.target.aadd_messages(io.messages)
+                elif io.what == "clear":
+                    await io.target.aclear()
+                else:
+                    value = await acompact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
+            except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
+                error = exc
 
     # ------------------------------------------------------------------ internals
     def _plan(self, raw: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]] | None:
@@ -280,26 +356,12 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         return list(self._view), _with_ids(raw[covered:], covered)
 
     def _split(self, messages: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage], int]:
-        cut = _open_tool_block_start(messages)
+        """(what to compact, the open tool block at the end kept out of it, the extra tokens: `extra_tokens`
+        plus the tokens of that block)."""
+        cut = open_tool_block_start(messages)
         head, tail = messages[:cut], messages[cut:]
         extra = self.extra_tokens + sum(self.policy.counter.count_message(m) for m in tail)
         return head, tail, extra
-
-    def _step(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
-        head, tail, extra = self._split(messages)
-        try:
-            result = compact(head, self.policy, extra_tokens=extra, tally=self._tally)
-        except InvalidHistoryError as exc:
-            raise _located(exc, head, raw, self.inner) from exc
-        return self._after(result, messages, tail)
-
-    async def _astep(self, messages: list[BaseMessage], raw: list[BaseMessage]) -> tuple[list[BaseMessage], bool]:
-        head, tail, extra = self._split(messages)
-        try:
-            result = await acompact(head, self.policy, extra_tokens=extra, tally=self._tally)
-        except InvalidHistoryError as exc:
-            raise _located(exc, head, raw, self.inner) from exc
-        return self._after(result, messages, tail)
 
     def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage]
                ) -> tuple[list[BaseMessage], bool]:
@@ -325,40 +387,6 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                 out.append(m)
         return out
 
-    def _write_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> None:
-        """Archive the evicted messages, then replace the inner history by `view`. Skipped (the view is still
-        returned; the cache keeps its earlier state, so the next read folds again) when the inner history changed
-        since `raw` was read (another process or a direct write to the inner history)."""
-        evicted = self._eviction(raw, view)
-        if not _same(self.inner.messages, raw):
-            return
-        if evicted:
-            self.archive.add_messages(evicted)  # type: ignore[union-attr]
-        self.inner.clear()
-        try:
-            self.inner.add_messages(view)
-        except BaseException:
-            self.inner.clear()
-            self.inner.add_messages(raw)
-            raise
-        self._remember(view, view)
-
-    async def _awrite_back(self, raw: list[BaseMessage], view: list[BaseMessage]) -> None:
-        """Async twin of `_write_back`."""
-        evicted = self._eviction(raw, view)
-        if not _same(await self.inner.aget_messages(), raw):
-            return
-        if evicted:
-            await self.archive.aadd_messages(evicted)  # type: ignore[union-attr]
-        await self.inner.aclear()
-        try:
-            await self.inner.aadd_messages(view)
-        except BaseException:
-            await self.inner.aclear()
-            await self.inner.aadd_messages(raw)
-            raise
-        self._remember(view, view)
-
     @asynccontextmanager
     async def _alocked(self) -> AsyncIterator[None]:
         """Hold the wrapper's thread lock from a coroutine without blocking the event loop."""
@@ -370,11 +398,24 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self._lock.release()
 
 
-def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
-    batch = list(messages)
-    for i, m in enumerate(batch):
-        if not isinstance(m, BaseMessage):
-            raise TypeError(f"messages[{i}]: expected a langchain BaseMessage, got {type(m).__name__}")
+def _checked(messages: Sequence[MessageLikeRepresentation] | PromptValue) -> list[BaseMessage]:
+    """`messages` as `BaseMessage`s: the edge where what a chain passes is converted, once (see `add_messages`)."""
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, BaseMessage, dict)):  # iterating them would give characters, fields or keys
+        raise TypeError(f"messages: expected a list of messages, got one {type(messages).__name__} "
+                        "(use add_message for a single message)")
+    batch: list[BaseMessage] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, BaseMessage):
+            batch.append(m)
+            continue
+        try:
+            batch.extend(convert_to_messages([m]))
+        except Exception as exc:  # convert_to_messages raises bare ValueError / NotImplementedError
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TypeError(f"messages[{i}]: cannot be converted to a langchain message "
+                            f"({type(m).__name__}: {detail})") from exc
     return batch
 
 

@@ -1,7 +1,7 @@
 """What the front doors report after each compaction: a LangChain custom event and one log line.
 
 Both doors (the LangGraph pre-model node and the `AgentMiddleware`) call `report(...)` / `areport(...)` once per
-model call, with the `CompactionResult` of that call:
+model call, with the `CompactionResult` of that call and its event data (the `CompactionPlan`'s `event`):
 
 - a **custom event** named `EVENT_NAME` ("lc_compaction") through
   `langchain_core.callbacks.manager.dispatch_custom_event` / `adispatch_custom_event`: seen by callback handlers
@@ -30,7 +30,7 @@ from langchain_core.runnables.config import ensure_config, get_callback_manager_
 
 from lc_compaction.compact import CompactionResult
 
-__all__ = ["EVENT_NAME", "areport", "event_payload", "log_line", "messages_affected", "report"]
+__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload", "report"]
 
 EVENT_NAME = "lc_compaction"
 """Name of the custom event dispatched after every compaction decision (ran or skipped)."""
@@ -38,6 +38,7 @@ EVENT_NAME = "lc_compaction"
 logger = logging.getLogger(__name__)
 
 Door = Literal["langgraph_node", "agent_middleware"]
+"""Which front door ran: the LangGraph pre-model node or the LangChain v1 `AgentMiddleware`."""
 
 
 def messages_affected(result: CompactionResult) -> int:
@@ -47,16 +48,15 @@ def messages_affected(result: CompactionResult) -> int:
     return len(ids) + len(result.repairs)
 
 
-def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None
-                  ) -> dict[str, Any]:
-    """The data of the custom event: plain JSON (str, int, float, bool, None, list, dict).
+def outcome_payload(result: CompactionResult, *, mode: str) -> dict[str, Any]:
+    """The part of the event data that does not depend on the door: plain JSON (str, int, float, bool, None,
+    list, dict). The front doors keep it in their memory as "last".
 
     Keys: everything `CompactionResult.to_dict()` gives (`tokens_before`, `tokens_after` (tokens),
     `messages_before`, `messages_after` (messages), `strategies_applied`, `actions`, `stop_reason`, `fits`, ...)
     plus `outcome` ("compacted" when the history was changed, else "skipped"), `reason` (= `stop_reason`:
     "under_trigger", "under_target", "under_budget", "nothing_removable", "pinned_over_budget"),
-    `messages_affected` (messages, see `messages_affected`), `mode` ("rewrite" or "view"), `door` (which front
-    door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
+    `messages_affected` (messages, see `messages_affected`) and `mode` ("rewrite" or "view").
     Values the result holds that JSON cannot encode are written as their `str()`.
     """
     data = result.to_dict()
@@ -67,10 +67,20 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
         "reason": result.stop_reason,
         "messages_affected": messages_affected(result),
         "mode": mode,
-        "door": door,
-        "state_messages": state_messages,
     })
     return data
+
+
+def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None,
+                  outcome: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The data of the custom event: plain JSON, `outcome_payload(result, mode=mode)` plus `door` (which front
+    door ran) and `state_messages` (messages in graph state, which in view mode can exceed `messages_before`).
+
+    `outcome`: the `outcome_payload` already made for `result` (the front doors keep one in their memory), to
+    reuse (copied, not changed) instead of serializing the result again.
+    """
+    base = outcome_payload(result, mode=mode) if outcome is None else outcome
+    return {**base, "door": door, "state_messages": state_messages}
 
 
 def _level(result: CompactionResult) -> int:
@@ -118,35 +128,31 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
     return manager.parent_run_id is not None and bool(manager.handlers)
 
 
-def report(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-           state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the log line and dispatch the custom event for `result`; return the event data.
+def _announce(result: CompactionResult, config: RunnableConfig | None) -> bool:
+    """Write `result`'s log line; whether its custom event has a run to attach to and a handler to receive it."""
+    _log(result)
+    return _has_parent_run(config)
+
+
+def report(result: CompactionResult, event: dict[str, Any], *, config: RunnableConfig | None = None
+           ) -> dict[str, Any]:
+    """Write the log line for `result` and dispatch `event` as the custom event `EVENT_NAME`; return `event`.
 
     Args:
         result: the compaction result of this model call.
-        mode: "rewrite" or "view".
-        door: the front door that ran ("langgraph_node" or "agent_middleware").
+        event: the event data (`event_payload(result, ...)`; the front doors get it from their `CompactionPlan`).
         config: the runnable config of the current run (None: taken from the running context, as LangChain does).
-        state_messages: messages in graph state (count), for the payload.
-        base: an `event_payload` already made for `result` (the front doors keep one in their memory), to
-            reuse instead of serializing the result again.
 
     The event is skipped, without error, when there is no parent run to attach it to or no handler to receive it.
     """
-    _log(result)
-    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
-               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
-    if _has_parent_run(config):
-        dispatch_custom_event(EVENT_NAME, payload, config=config)
-    return payload
+    if _announce(result, config):
+        dispatch_custom_event(EVENT_NAME, event, config=config)
+    return event
 
 
-async def areport(result: CompactionResult, *, mode: str, door: Door, config: RunnableConfig | None = None,
-                  state_messages: int | None = None, base: dict[str, Any] | None = None) -> dict[str, Any]:
+async def areport(result: CompactionResult, event: dict[str, Any], *, config: RunnableConfig | None = None
+                  ) -> dict[str, Any]:
     """Async twin of `report` (dispatches with `adispatch_custom_event`)."""
-    _log(result)
-    payload = (event_payload(result, mode=mode, door=door, state_messages=state_messages) if base is None
-               else {**base, "mode": mode, "door": door, "state_messages": state_messages})
-    if _has_parent_run(config):
-        await adispatch_custom_event(EVENT_NAME, payload, config=config)
-    return payload
+    if _announce(result, config):
+        await adispatch_custom_event(EVENT_NAME, event, config=config)
+    return event

@@ -18,10 +18,14 @@ Two modes:
   `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`. Needs the `add_messages` reducer on the messages key.
 - **"view"**: the stored history is left whole; the compacted list goes to `output_key` (default
   "llm_input_messages", the key `create_react_agent`'s model node reads first). In a hand-built graph, the model
-  node must read `state["llm_input_messages"]` instead of `state["messages"]`.
+  node must read `state["llm_input_messages"]` instead of `state["messages"]`, and declare it: annotate its
+  state `CompactionState` (or add it with `input_schema=CompactionState`); the graph can stay over
+  `MessagesState`. LangGraph passes a node only the keys of its own input schema, so a model node annotated
+  `MessagesState` is never given the key (a KeyError in that node, which this node cannot see or prevent);
+  `create_react_agent` declares the key for its model node the same way (its `CallModelInputSchema`).
 
 Memory between calls lives in graph state under `memory_key` (default "compaction") as plain JSON (see
-`plan_compaction`), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
+`plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
 result. In view mode it remembers the last model input (as runs of the stored history, and the rewritten messages:
 truncated results, summaries; see `view.py`), so the next call starts from that view plus the new messages instead
 of the whole history:
@@ -38,54 +42,29 @@ Each call reports its outcome (a LangChain custom event and a log line, see `eve
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AnyMessage,
-    BaseMessage,
-    RemoveMessage,
-    SystemMessage,
-    convert_to_messages,
-)
+from langchain_core.messages import AnyMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.graph.message import add_messages
 from typing_extensions import Required, TypedDict
 
-from lc_compaction.compact import CompactionResult, acompact, compact
-from lc_compaction.tally import CountTally
-from lc_compaction.integrations.events import areport, event_payload, report
-from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded, offload_target
-from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
+from lc_compaction.integrations.events import areport, report
+from lc_compaction.integrations.offload import offload_target
+from lc_compaction.integrations.plan import (
+    CompactionPlan,
+    Mode,
+    aplan_compaction,
+    check_mode,
+    plan_compaction,
+    resolve_policy,
+    tokens_beside,
+)
 from lc_compaction.policy import CompactionPolicy
 
-__all__ = [
-    "MEMORY_VERSION",
-    "CompactionNode",
-    "CompactionPlan",
-    "CompactionState",
-    "Mode",
-    "aplan_compaction",
-    "compaction_hook",
-    "model_window",
-    "plan_compaction",
-    "resolve_policy",
-]
-
-logger = logging.getLogger(__name__)
-
-Mode = Literal["rewrite", "view"]
-""""rewrite": replace the stored history by the compacted one; "view": store everything, send the compacted list."""
-
-MEMORY_VERSION = 2
-"""Version of the memory layout kept under `memory_key`; memory of another version is ignored (recomputed).
-2: view mode describes its model input as runs of the stored history (1: as a list of every message id)."""
-
-_MODES = ("rewrite", "view")
+__all__ = ["CompactionNode", "CompactionState", "compaction_hook"]
 
 
 class CompactionState(TypedDict, total=False):
@@ -93,228 +72,15 @@ class CompactionState(TypedDict, total=False):
 
     - `messages`: the conversation (`add_messages` reducer), as in `MessagesState`.
     - `llm_input_messages`: view mode's model input (last value wins), the key `create_react_agent` reads.
-    - `compaction`: the node's memory, plain JSON (see `plan_compaction`).
+    - `compaction`: the node's memory, plain JSON (see `plan.plan_compaction`).
+
+    In view mode, annotate the model node's state with it (`def call_model(state: CompactionState)`): LangGraph
+    gives a node only the keys of its own annotation.
     """
 
     messages: Required[Annotated[list[AnyMessage], add_messages]]
     llm_input_messages: list[AnyMessage]
     compaction: dict[str, Any]
-
-
-# ----------------------------------------------------------------------------------------------- the policy
-
-
-def model_window(model: Any) -> int | None:
-    """The context window of a chat model, in tokens: `model.profile["max_input_tokens"]` (LangChain's model
-    profile, the value `SummarizationMiddleware` reads for fractional limits). None when the model has no profile
-    or the profile does not say."""
-    profile = getattr(model, "profile", None)
-    if not isinstance(profile, dict):
-        return None
-    window = profile.get("max_input_tokens")
-    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
-
-
-def _model_name(model: Any) -> str | None:
-    for attr in ("model_name", "model"):
-        value = getattr(model, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def resolve_policy(policy: CompactionPolicy | None = None, *, model: BaseChatModel | None = None,
-                   **settings: Any) -> CompactionPolicy:
-    """The policy a front door uses: `policy` itself, or a `CompactionPolicy(**settings)`.
-
-    Settings left at None are not passed (the policy's defaults apply). When `max_input_tokens` is not given
-    and `model` is, the window (tokens) comes from the model's profile (`model_window`); `model_name` (which
-    picks the tiktoken encoding) comes from the model's `model_name` / `model` attribute when not given.
-
-    Raises:
-        ValueError: both `policy` and settings are given; or the policy is invalid (the message names the
-            setting, and says when the model's profile had no `max_input_tokens` to fall back on).
-        TypeError: `policy` is not a `CompactionPolicy`, or a setting name is unknown.
-    """
-    given = {k: v for k, v in settings.items() if v is not None}
-    if policy is not None:
-        if not isinstance(policy, CompactionPolicy):
-            raise TypeError(f"policy: expected a CompactionPolicy, got {type(policy).__name__}")
-        if given:
-            raise ValueError(f"give either policy or the settings {sorted(given)}, not both")
-        return policy
-    if model is not None:
-        if given.get("max_input_tokens") is None and (window := model_window(model)) is not None:
-            given["max_input_tokens"] = window
-        if given.get("model_name") is None and (name := _model_name(model)) is not None:
-            given["model_name"] = name
-    try:
-        return CompactionPolicy(**given)
-    except ValueError as exc:
-        if given.get("max_input_tokens") is None and model is not None:
-            raise ValueError(f"{exc} (the model {type(model).__name__} has no profile['max_input_tokens']: "
-                             "pass max_input_tokens=... or a trigger such as ('tokens', 100_000))") from exc
-        raise
-
-
-# ----------------------------------------------------------------------------------------------- the plan
-
-
-@dataclass
-class CompactionPlan:
-    """What a front door does for one model call.
-
-    Attributes:
-        result: the `CompactionResult` of this call.
-        model_input: the messages to send to the model (never empty, no `RemoveMessage`).
-        messages_update: the update for the stored messages in rewrite mode: the changed messages alone
-            (same ids, replaced in place) or `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`; None when
-            the stored history stays as it is (view mode, or nothing changed).
-        memory: the new memory (plain JSON) to store under the memory key.
-    """
-
-    result: CompactionResult
-    model_input: list[BaseMessage]
-    messages_update: list[BaseMessage] | None
-    memory: dict[str, Any]
-
-    @property
-    def rewrites_all(self) -> bool:
-        """True when `messages_update` replaces the whole stored history (starts with REMOVE_ALL_MESSAGES)."""
-        first = self.messages_update[0] if self.messages_update else None
-        return isinstance(first, RemoveMessage) and first.id == REMOVE_ALL_MESSAGES
-
-
-def _as_messages(messages: Sequence[Any], key: str, start: int = 0) -> list[BaseMessage]:
-    """The stored history as a list of messages; only `messages[start:]` is checked (the messages before were
-    checked by the previous call: O(k) per call for k new messages)."""
-    if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[max(start - 1, 0):]):
-        return messages
-    try:
-        return list(convert_to_messages(messages))
-    except Exception as exc:  # convert_to_messages raises bare ValueError / NotImplementedError
-        raise ValueError(f"state[{key!r}]: could not convert to LangChain messages: {exc}") from exc
-
-
-def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
-    """The previous call's memory when it is of this version and mode (else None: start from scratch)."""
-    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION and memory.get("mode") == mode:
-        return memory
-    return None
-
-
-def _prepare(messages: Sequence[Any], memory: Any, mode: str, key: str
-             ) -> tuple[list[BaseMessage], Rebuilt | None, list[BaseMessage], CountTally | None]:
-    """(stored history as messages with ids, the previous view plus the new messages (view mode), what to
-    compact, the previous call's count tally). Only the messages added since the previous call are checked and
-    given ids: O(k)."""
-    if mode not in _MODES:
-        raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
-    previous = _memory(memory, mode)
-    tally = _tally(memory)
-    if mode == "view":
-        view = previous.get("view") if previous is not None else None
-        covered = view.get("covered") if isinstance(view, dict) else None
-        start = covered if isinstance(covered, int) and 0 <= covered <= len(messages) else 0
-    else:
-        start = tally.length if tally is not None and tally.length <= len(messages) else 0
-    stored = _as_messages(messages, key, start)
-    if stored is not messages:
-        start = 0  # converted: new objects, all of them to check
-    # ids before any removal: given in place to the new messages (as SummarizationMiddleware does; LangGraph's
-    # add_messages has normally given them already); compact() copies duplicates when it compacts
-    for m in stored[start:]:
-        if not m.id:
-            m.id = str(uuid.uuid4())
-    base = rebuild_view(stored, previous.get("view")) if mode == "view" and previous is not None else None
-    return stored, base, base.messages if base is not None else stored, tally
-
-
-def _tally(memory: Any) -> CountTally | None:
-    """The counting tally the previous call stored (None when absent or from another memory version)."""
-    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION:
-        return CountTally.from_dict(memory.get("tally"))
-    return None
-
-
-def _finish(stored: list[BaseMessage], base: Rebuilt | None, compacted_from: list[BaseMessage], memory: Any,
-            mode: str, result: CompactionResult) -> CompactionPlan:
-    out = result.messages
-    if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
-        raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
-    old = _memory(memory, mode) or {}
-    new_memory: dict[str, Any] = {
-        "version": MEMORY_VERSION,
-        "mode": mode,
-        "calls": int(old.get("calls", 0)) + 1,
-        "compactions": int(old.get("compactions", 0)) + int(result.compacted),
-        "last": {k: v for k, v in event_payload(result, mode=mode, door="langgraph_node").items()
-                 if k not in ("door", "state_messages")},
-    }
-    if result.tally is not None:  # lets the next call count only the messages added since (O(k))
-        new_memory["tally"] = result.tally.to_dict()
-    update: list[BaseMessage] | None = None
-    if mode == "view":
-        new_memory["view"] = view_memory(stored, base, old.get("view"), out, unchanged=out is compacted_from)
-    elif result.compacted:
-        stored_ids = {m.id for m in stored if m.id}
-        in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
-                    and all(m.id in stored_ids for m in out))
-        if in_place:
-            update = [m for m, before in zip(out, stored) if m is not before]
-        else:
-            update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
-    # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
-    return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out), messages_update=update,
-                          memory=new_memory)
-
-
-def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
-                    extra_tokens: int = 0, key: str = "messages", offload: OffloadTarget | None = None
-                    ) -> CompactionPlan:
-    """Compact the stored history for one model call and say how to update the state. Used by both doors.
-
-    Args:
-        messages: the stored history (non-empty): `BaseMessage`s, or anything `convert_to_messages` accepts.
-            Messages without an id get one, in place, before anything is removed.
-        memory: what the previous call stored under the memory key (None on the first call; anything that does
-            not match the stored history is ignored and the whole history is compacted).
-        policy: the `CompactionPolicy`.
-        mode: "rewrite" or "view" (see the module docstring).
-        extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`).
-        key: the state key the messages come from (named in errors).
-        offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
-            `policy.offload` is on: the writes happen here, before the plan is returned.
-
-    The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
-    `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call>,
-    "tally": <CountTally.to_dict(): what was counted, so the next call counts only the new messages>,
-    "view": <the model input as runs of the stored history and rewritten messages (truncated results,
-    summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
-
-    Raises:
-        ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
-        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair
-            (names the message index and tool_call_id).
-    """
-    if not messages:
-        raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
-    result = (compact(to_compact, policy, extra_tokens=extra_tokens, tally=tally) if offload is None else
-              compact_offloaded(to_compact, policy, offload, extra_tokens=extra_tokens, tally=tally))
-    return _finish(stored, base, to_compact, memory, mode, result)
-
-
-async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, mode: Mode = "rewrite",
-                           extra_tokens: int = 0, key: str = "messages", offload: OffloadTarget | None = None
-                           ) -> CompactionPlan:
-    """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    if not messages:
-        raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
-    stored, base, to_compact, tally = _prepare(messages, memory, mode, key)
-    result = (await acompact(to_compact, policy, extra_tokens=extra_tokens, tally=tally) if offload is None else
-              await acompact_offloaded(to_compact, policy, offload, extra_tokens=extra_tokens, tally=tally))
-    return _finish(stored, base, to_compact, memory, mode, result)
 
 
 # ----------------------------------------------------------------------------------------------- the node
@@ -365,22 +131,18 @@ class CompactionNode(Runnable[dict, dict]):
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
                  pin: Any = None, repair: bool | None = None, offload: Any = None,
                  offload_above: int | None = None) -> None:
-        if mode not in _MODES:
-            raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+        self.mode: Mode = check_mode(mode)
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
             repair=repair, offload=offload, offload_above=offload_above)
-        self.mode: Mode = mode
         self.messages_key = messages_key
         self.output_key = output_key
         self.memory_key = memory_key
         self.name = name
-        counter = self.policy.counter
         if isinstance(system_prompt, str):
             system_prompt = SystemMessage(content=system_prompt)
-        self.extra_tokens = (counter.count_tools(list(tools or ()))
-                             + (counter.count_message(system_prompt) if system_prompt is not None else 0))
+        self.extra_tokens = tokens_beside(self.policy.counter, system=system_prompt, tools=tools or ())
         """Tokens sent beside the stored messages on every call (tool schemas, a system prompt not in state)."""
 
     def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any]:
@@ -392,7 +154,7 @@ class CompactionNode(Runnable[dict, dict]):
 
         In a graph, the node runs inside LangGraph's own run for it (events and the summarizer's calls attach
         there); called on its own with callbacks in `config`, it opens a run named `name`. Without callbacks it
-        opens none: the steady-state cost stays a fraction of a millisecond."""
+        opens none (nothing would listen to it)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
             return self._call_with_config(self._run, input, config, run_type="chain")
@@ -426,21 +188,20 @@ class CompactionNode(Runnable[dict, dict]):
         messages, memory = self._read(state)
         if not messages:
             return {}
-        plan = plan_compaction(messages, memory, self.policy, mode=self.mode, extra_tokens=self.extra_tokens,
-                               key=self.messages_key, offload=offload_target(self.policy, config=config))
-        report(plan.result, mode=self.mode, door="langgraph_node", config=config, state_messages=len(messages),
-               base=plan.memory["last"])
+        plan = plan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
+                               extra_tokens=self.extra_tokens, key=self.messages_key,
+                               offload=offload_target(self.policy, config=config))
+        report(plan.result, plan.event, config=config)
         return self._update(plan)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages, memory = self._read(state)
         if not messages:
             return {}
-        plan = await aplan_compaction(messages, memory, self.policy, mode=self.mode,
+        plan = await aplan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
                                       extra_tokens=self.extra_tokens, key=self.messages_key,
                                       offload=offload_target(self.policy, config=config))
-        await areport(plan.result, mode=self.mode, door="langgraph_node", config=config,
-                      state_messages=len(messages), base=plan.memory["last"])
+        await areport(plan.result, plan.event, config=config)
         return self._update(plan)
 
     def __repr__(self) -> str:

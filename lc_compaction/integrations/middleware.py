@@ -4,7 +4,7 @@
 
 Before each model call it compacts the messages the model will receive, counting beside them the system prompt
 and the tool schemas of that very request (`extra_tokens`), with the same ladder, policy and memory as the
-LangGraph node (`lc_compaction.integrations.langgraph.plan_compaction`).
+LangGraph node (`lc_compaction.integrations.plan.plan_compaction`).
 
 Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
 model will receive (after other middleware changed them), so only there can they be counted. This is the hook
@@ -26,27 +26,36 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:  # the `agents` extra; without it, an ImportError that says how to install it
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as _exc:
+    if not (_exc.name or "").startswith("langchain"):
+        raise
+    from lc_compaction._extras import missing_extra
+
+    raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from lc_compaction.integrations.events import areport, report
-from lc_compaction.integrations.langgraph import (
+from lc_compaction.integrations.plan import (
     CompactionPlan,
     Mode,
     aplan_compaction,
+    check_mode,
     model_window,
     plan_compaction,
     resolve_policy,
+    tokens_beside,
 )
 from lc_compaction.integrations.offload import OffloadTarget, offload_target
 from lc_compaction.integrations.recall import recall_tool
@@ -99,8 +108,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
                  repair: bool | None = None, offload: Any = None, offload_above: int | None = None) -> None:
         super().__init__()
-        if mode not in ("rewrite", "view"):
-            raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+        check_mode(mode)
         if isinstance(model, str):
             from langchain.chat_models import init_chat_model
 
@@ -132,9 +140,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         return self._policies[window]
 
     def _extra_tokens(self, policy: CompactionPolicy, request: ModelRequest) -> int:
-        counter = policy.counter
-        system = counter.count_message(request.system_message) if request.system_message is not None else 0
-        return system + counter.count_tools(list(request.tools or ()))
+        return tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
 
     def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
         if isinstance(response, AIMessage):
@@ -152,10 +158,10 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return handler(request)
         policy = self.policy_for(request.model)
-        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
-                               extra_tokens=self._extra_tokens(policy, request), offload=_target(policy, request))
-        report(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-               base=plan.memory["last"])
+        plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
+                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request),
+                               offload=_target(policy, request))
+        report(plan.result, plan.event)
         return self._respond(plan, handler(request.override(messages=plan.model_input)))
 
     async def awrap_model_call(self, request: ModelRequest,
@@ -165,11 +171,11 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return await handler(request)
         policy = self.policy_for(request.model)
-        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, mode=self.mode,
+        plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
+                                      door="agent_middleware", mode=self.mode,
                                       extra_tokens=self._extra_tokens(policy, request),
                                       offload=_target(policy, request))
-        await areport(plan.result, mode=self.mode, door="agent_middleware", state_messages=len(request.messages),
-                      base=plan.memory["last"])
+        await areport(plan.result, plan.event)
         return self._respond(plan, await handler(request.override(messages=plan.model_input)))
 
 

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, convert_to_messages
+from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
-from lc_compaction.compact import CompactionResult, acompact, compact
+from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import fill_missing_ids
 from lc_compaction.tally import CountTally
 
 __all__ = ["OffloadTarget", "acompact_offloaded", "compact_offloaded", "graph_store", "offload_target",
@@ -113,7 +113,7 @@ class _Offloads:
 
     def puts(self, todo: list[OffloadRecord], found: Sequence[Any]) -> list[tuple[OffloadRecord, PutOp]]:
         out = []
-        for r, item in zip(todo, found):
+        for r, item in zip(todo, found, strict=True):
             if item is None:
                 out.append((r, PutOp(self.target.namespace(r.kind), r.key, r.value(), index=False)))
             elif isinstance(item.value, dict) and item.value.get("sha256") == r.sha256():
@@ -275,16 +275,12 @@ async def acompact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, 
         run_policy = state.next_policy()
 
 
-def _messages(messages: Sequence[Any]) -> Sequence[Any]:
+def _messages(messages: Sequence[Any]) -> list[BaseMessage]:
     """The input for compact(): a list of messages as it is (O(1): compact checks the new ones), anything else
-    converted once to messages with ids (a rerun must see the same objects and ids)."""
+    converted once (`compact.as_messages`) to messages with ids (a rerun must see the same objects and ids)."""
     if isinstance(messages, list) and (not messages or (isinstance(messages[0], BaseMessage)
                                                         and isinstance(messages[-1], BaseMessage))):
         return messages
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise ValueError(f"messages: expected a list of messages, got {type(messages).__name__}")
-    converted = list(convert_to_messages(messages))
-    for m in converted:
-        if not m.id:
-            m.id = str(uuid.uuid4())
+    converted = as_messages(messages)
+    fill_missing_ids(converted)
     return converted

@@ -41,7 +41,7 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from lc_compaction.structure import check_invariants
 from lc_compaction.tally import starts_with
 
-__all__ = ["rebuild_view", "view_memory"]
+__all__ = ["Rebuilt", "clear", "rebuild_view", "view_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ class _ViewCache:
         with self._lock:
             return self._data.pop(key, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
     def put(self, key: tuple[int, Any], entry: _Entry) -> None:
         with self._lock:
             self._data[key] = entry
@@ -86,6 +90,12 @@ class _ViewCache:
 
 
 _VIEWS = _ViewCache()
+
+
+def clear() -> None:
+    """Forget every view this process keeps as objects: the next call of each conversation rebuilds its view from
+    the JSON memory, O(history), as a new process does. For tests and to release memory."""
+    _VIEWS.clear()
 
 
 @dataclass

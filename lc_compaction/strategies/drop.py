@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lc_compaction.ladder import LadderState
+from lc_compaction.ladder import LadderState, SyncStrategy
 
 
 @dataclass
-class DropOldExchanges:
+class DropOldExchanges(SyncStrategy):
     """Remove whole old exchanges, oldest first, keeping the first request. No parameters."""
 
     name: str = "drop_old_exchanges"
@@ -37,7 +37,3 @@ class DropOldExchanges:
                 units += 1
         if chosen:
             state.remove(chosen, strategy=self.name, detail=f"{units} exchange(s) or step(s), {len(chosen)} messages")
-
-    async def aapply(self, state: LadderState) -> None:
-        """Async twin of `apply` (no I/O: the same work)."""
-        self.apply(state)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from lc_compaction._content import content_text
 from lc_compaction.markers import is_summary, summary_text
-from lc_compaction.strategies.truncate import content_text
 
 FACTS_PREFIX = "Facts kept verbatim: "
 """Start of the guard's line in a summary; `parse_facts_line` looks for it."""

@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction.markers import is_summary, summary_text
 from lc_compaction.strategies.facts import FACTS_PREFIX
-from lc_compaction.strategies.truncate import content_text
 
 LEDGER_HEADER = "Ledger of the earlier conversation (written by lc-compaction without a model):"
 """First line of every ledger; a later pass recognizes a previous ledger by it."""

@@ -3,7 +3,7 @@
 A prompt is a `str.format` template with one `{messages}` placeholder, like LangChain's
 `SummarizationMiddleware.summary_prompt` (whose `DEFAULT_SUMMARY_PROMPT` can be passed as is). `{messages}`
 receives the previous summary, if any, and the messages to summarize as readable text (see
-`lc_compaction.strategies.summarize.render_transcript`). Literal braces in a template are written `{{` and `}}`.
+`lc_compaction.strategies.transcript.render_input`). Literal braces in a template are written `{{` and `}}`.
 
 Every preset says what must survive: a summary fails in practice by dropping the one identifier, decision or
 pending step that mattered (the shared cases' "must-survive" and "summary-lifecycle" classes), so each names the

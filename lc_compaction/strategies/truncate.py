@@ -18,33 +18,15 @@ from dataclasses import dataclass
 
 from langchain_core.messages import ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction.ladder import LadderState
+from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
 from lc_compaction.offload import recall_hint
 
 
-def content_text(content: object) -> str:
-    """Readable text of a message content: the string itself, or the text parts of a block list
-    (non-text blocks are named by type, never dumped: no base64)."""
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content if isinstance(content, list) else [content]:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict):
-            if isinstance(block.get("text"), str):
-                parts.append(block["text"])
-            else:
-                parts.append(f"[{block.get('type', 'block')}]")
-        else:
-            parts.append(str(block))
-    return "\n".join(parts)
-
-
 @dataclass
-class TruncateToolResults:
+class TruncateToolResults(SyncStrategy):
     """Replace old tool results with a one-line note.
 
     Args:
@@ -95,7 +77,8 @@ class TruncateToolResults:
         most recent ones, each oldest first."""
         msgs = state.messages
         excluded = set(self.exclude_tools)
-        outside, inside = [], []
+        outside: list[int] = []
+        inside: list[int] = []
         for i, m in enumerate(msgs):
             if (kind(m) != TOOL or state.slots[i].pinned or m.name in excluded
                     or is_truncated(m) or is_shortened(m)):
@@ -106,16 +89,12 @@ class TruncateToolResults:
         return outside, inside
 
     def apply(self, state: LadderState) -> None:
-        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
+        """Truncate old tool results outside the kept part, oldest first, then (when the kept part alone is over
+        the goal) inside it, sparing the `keep` most recent; stop as soon as under the goal."""
         outside, inside = self._candidates(state)
         self._truncate(state, outside, "outside the kept part")
         if state.over_goal() and inside and self._kept_part_over_goal(state):
             self._truncate(state, inside, "inside the kept part (it alone is over the goal)")
-
-    async def aapply(self, state: LadderState) -> None:
-        """Async twin of `apply` (no I/O: the same work)."""
-        self.apply(state)
-
     def _kept_part_over_goal(self, state: LadderState) -> bool:
         if state.goal_tokens is None:
             return False

@@ -1,0 +1,288 @@
+"""What both agent front doors share: the policy they resolve, and the plan of one model call.
+
+The LangGraph pre-model node (`langgraph.py`) and the LangChain v1 `AgentMiddleware` (`middleware.py`) do the
+same thing before each model call: read the stored history and the memory of the previous call, compact, and
+say how to update the state. Both call `plan_compaction` (or `aplan_compaction`) with their own door name and
+translate the `CompactionPlan` into their framework's update; nothing here knows which framework runs it.
+
+- `resolve_policy(policy, model=..., **settings)`: the `CompactionPolicy` a door uses (the window from the
+  model's profile when not given: `model_window`).
+- `plan_compaction(messages, memory, policy, door=..., mode=..., offload=...)`: one call's `CompactionPlan`: the
+  model input, the update for the stored messages (rewrite mode), the new memory, and the event data to report;
+  with `offload` (an `integrations.offload.OffloadTarget`), what compaction takes out is written to the store
+  before the plan is returned (`integrations.offload.compact_offloaded`).
+- `Mode`: "rewrite" or "view" (see `langgraph.py`'s module docstring for what each does to the state).
+
+The memory (plain JSON, under the door's memory key; `MEMORY_VERSION` says its layout): how many calls and
+compactions, the last call's outcome, the count tally (so the next call counts only the new messages), and in
+view mode the last model input (`view.py`). It survives any checkpointer and a process restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+
+from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
+from lc_compaction.integrations.events import Door, event_payload, outcome_payload
+from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
+from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
+from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import fill_missing_ids
+from lc_compaction.tally import CountTally
+from lc_compaction.tokens import TokenCounter
+
+__all__ = [
+    "MEMORY_VERSION",
+    "CompactionPlan",
+    "Mode",
+    "aplan_compaction",
+    "check_mode",
+    "model_window",
+    "plan_compaction",
+    "resolve_policy",
+    "tokens_beside",
+]
+
+Mode = Literal["rewrite", "view"]
+""""rewrite": replace the stored history by the compacted one; "view": store everything, send the compacted list."""
+
+MEMORY_VERSION = 2
+"""Version of the memory layout kept under the memory key; memory of another version is ignored (recomputed).
+2: view mode describes its model input as runs of the stored history (1: as a list of every message id)."""
+
+_MODES = ("rewrite", "view")
+
+
+def check_mode(mode: Any) -> Mode:
+    """`mode` itself when it is "rewrite" or "view".
+
+    Raises:
+        ValueError: any other value (naming it).
+    """
+    if mode not in _MODES:
+        raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
+    return mode  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------------------------------- the policy
+
+
+def model_window(model: Any) -> int | None:
+    """The context window of a chat model, in tokens: `model.profile["max_input_tokens"]` (LangChain's model
+    profile, the value `SummarizationMiddleware` reads for fractional limits). None when the model has no profile
+    or the profile does not say."""
+    profile = getattr(model, "profile", None)
+    if not isinstance(profile, dict):
+        return None
+    window = profile.get("max_input_tokens")
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def _model_name(model: Any) -> str | None:
+    for attr in ("model_name", "model"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def resolve_policy(policy: CompactionPolicy | None = None, *, model: BaseChatModel | None = None,
+                   **settings: Any) -> CompactionPolicy:
+    """The policy a front door uses: `policy` itself, or a `CompactionPolicy(**settings)`.
+
+    Settings left at None are not passed (the policy's defaults apply). When `max_input_tokens` is not given
+    and `model` is, the window (tokens) comes from the model's profile (`model_window`); `model_name` (which
+    picks the tiktoken encoding) comes from the model's `model_name` / `model` attribute when not given.
+
+    Raises:
+        ValueError: both `policy` and settings are given; or the policy is invalid (the message names the
+            setting, and says when the model's profile had no `max_input_tokens` to fall back on).
+        TypeError: `policy` is not a `CompactionPolicy`, or a setting name is unknown.
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    if policy is not None:
+        if not isinstance(policy, CompactionPolicy):
+            raise TypeError(f"policy: expected a CompactionPolicy, got {type(policy).__name__}")
+        if given:
+            raise ValueError(f"give either policy or the settings {sorted(given)}, not both")
+        return policy
+    if model is not None:
+        if given.get("max_input_tokens") is None and (window := model_window(model)) is not None:
+            given["max_input_tokens"] = window
+        if given.get("model_name") is None and (name := _model_name(model)) is not None:
+            given["model_name"] = name
+    try:
+        return CompactionPolicy(**given)
+    except ValueError as exc:
+        if given.get("max_input_tokens") is None and model is not None:
+            raise ValueError(f"{exc} (the model {type(model).__name__} has no profile['max_input_tokens']: "
+                             "pass max_input_tokens=... or a trigger such as ('tokens', 100_000))") from exc
+        raise
+
+
+def tokens_beside(counter: TokenCounter, *, system: BaseMessage | None = None, tools: Sequence[Any] = ()) -> int:
+    """Tokens sent with every model call beside the stored messages: a system message that is not in them and
+    the tool schemas bound to the model (`counter.count_message`, `counter.count_tools`). Passed to `compact` as
+    `extra_tokens`."""
+    return (counter.count_message(system) if system is not None else 0) + counter.count_tools(list(tools))
+
+
+# ----------------------------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class CompactionPlan:
+    """What a front door does for one model call.
+
+    Attributes:
+        result: the `CompactionResult` of this call.
+        model_input: the messages to send to the model (never empty, no `RemoveMessage`).
+        messages_update: the update for the stored messages in rewrite mode: the changed messages alone
+            (same ids, replaced in place) or `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`; None when
+            the stored history stays as it is (view mode, or nothing changed).
+        memory: the new memory (plain JSON) to store under the memory key.
+        event: the data of this call's custom event (`events.event_payload`: the memory's "last" entry plus the
+            door and the number of stored messages), for `events.report`.
+    """
+
+    result: CompactionResult
+    model_input: list[BaseMessage]
+    messages_update: list[BaseMessage] | None
+    memory: dict[str, Any]
+    event: dict[str, Any]
+
+    @property
+    def rewrites_all(self) -> bool:
+        """True when `messages_update` replaces the whole stored history (starts with REMOVE_ALL_MESSAGES)."""
+        first = self.messages_update[0] if self.messages_update else None
+        return isinstance(first, RemoveMessage) and first.id == REMOVE_ALL_MESSAGES
+
+
+def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
+    """The previous call's memory when it is of this version and mode (else None: start from scratch)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION and memory.get("mode") == mode:
+        return memory
+    return None
+
+
+def _tally(memory: Any) -> CountTally | None:
+    """The counting tally the previous call stored (None when absent or from another memory version)."""
+    if isinstance(memory, dict) and memory.get("version") == MEMORY_VERSION:
+        return CountTally.from_dict(memory.get("tally"))
+    return None
+
+
+class _Planning:
+    """One model call's plan, before and after the compaction: shared by `plan_compaction` and its async twin."""
+
+    def __init__(self, messages: Sequence[Any], memory: Any, mode: str, door: Door, key: str) -> None:
+        """Read the stored history and the previous memory: only the messages added since the previous call are
+        checked and given ids, O(k)."""
+        if not messages:
+            raise ValueError(f"state[{key!r}] is empty: there is nothing to send to the model")
+        self.mode = check_mode(mode)
+        self.door = door
+        self.state_messages = len(messages)
+        self.previous = _memory(memory, mode)
+        self.tally = _tally(memory)
+        if mode == "view":
+            view = self.previous.get("view") if self.previous is not None else None
+            covered = view.get("covered") if isinstance(view, dict) else None
+            start = covered if isinstance(covered, int) and 0 <= covered <= len(messages) else 0
+        else:
+            start = self.tally.length if self.tally is not None and self.tally.length <= len(messages) else 0
+        self.stored = as_messages(messages, start, name=f"state[{key!r}]")
+        if self.stored is not messages:
+            start = 0  # converted: new objects, all of them to check
+        # ids before any removal: given in place to the new messages (LangGraph's add_messages has normally given
+        # them already); compact() copies duplicates when it compacts
+        fill_missing_ids(self.stored, start)
+        self.base: Rebuilt | None = (rebuild_view(self.stored, self.previous.get("view"))
+                                     if mode == "view" and self.previous is not None else None)
+        self.to_compact = self.base.messages if self.base is not None else self.stored
+        """What to compact: the stored history, or in view mode the previous view plus the new messages."""
+
+    def finish(self, result: CompactionResult) -> CompactionPlan:
+        stored, mode = self.stored, self.mode
+        out = result.messages
+        if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
+            raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
+        old = self.previous or {}
+        new_memory: dict[str, Any] = {
+            "version": MEMORY_VERSION,
+            "mode": mode,
+            "calls": int(old.get("calls", 0)) + 1,
+            "compactions": int(old.get("compactions", 0)) + int(result.compacted),
+            "last": outcome_payload(result, mode=mode),
+        }
+        if result.tally is not None:  # lets the next call count only the messages added since (O(k))
+            new_memory["tally"] = result.tally.to_dict()
+        update: list[BaseMessage] | None = None
+        if mode == "view":
+            new_memory["view"] = view_memory(stored, self.base, old.get("view"), out, unchanged=out is self.to_compact)
+        elif result.compacted:
+            stored_ids = {m.id for m in stored if m.id}
+            in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
+                        and all(m.id in stored_ids for m in out))
+            if in_place:
+                update = [m for m, before in zip(out, stored) if m is not before]
+            else:
+                update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
+        event = event_payload(result, mode=mode, door=self.door, state_messages=self.state_messages,
+                              outcome=new_memory["last"])
+        # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
+        return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out),
+                              messages_update=update, memory=new_memory, event=event)
+
+
+def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
+                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                    offload: OffloadTarget | None = None) -> CompactionPlan:
+    """Compact the stored history for one model call and say how to update the state. Used by both doors.
+
+    Args:
+        messages: the stored history (non-empty): `BaseMessage`s, or anything `convert_to_messages` accepts.
+            Messages without an id get one, in place, before anything is removed.
+        memory: what the previous call stored under the memory key (None on the first call; anything that does
+            not match the stored history is ignored and the whole history is compacted).
+        policy: the `CompactionPolicy`.
+        door: the front door that runs the call ("langgraph_node" or "agent_middleware"), for the event data.
+        mode: "rewrite" or "view" (see the module docstring of `langgraph.py`).
+        extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`; see
+            `tokens_beside`).
+        key: the state key the messages come from (named in errors).
+        offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
+            `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
+
+    The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
+    `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
+    the door and the number of stored messages>, "tally": <CountTally.to_dict(): what was counted, so the next
+    call counts only the new messages>, "view": <the model input as runs of the stored history and rewritten
+    messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
+
+    Raises:
+        ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
+        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair
+            (names the message index and tool_call_id).
+    """
+    planning = _Planning(messages, memory, mode, door, key)
+    todo, tally = planning.to_compact, planning.tally
+    return planning.finish(compact(todo, policy, extra_tokens=extra_tokens, tally=tally) if offload is None else
+                           compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally))
+
+
+async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
+                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                           offload: OffloadTarget | None = None) -> CompactionPlan:
+    """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
+    planning = _Planning(messages, memory, mode, door, key)
+    todo, tally = planning.to_compact, planning.tally
+    return planning.finish(await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally) if offload is None
+                           else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens,
+                                                         tally=tally))
