@@ -15,8 +15,9 @@ What runs:
   same worker, so the first model call of every turn runs on a worker that did not see the previous call.
 - **The scripted model** is stateless (any worker can run any call): it reads the last message of its input,
   replies with the recorded assistant message that follows it, and at the start of a turn first recalls the
-  most recent offloaded result it sees (checking the answer against the recording, byte for byte) and, at the
-  second turn, recalls a `tool_call_id` of another thread (the answer must be "not found").
+  most recent offloaded result it sees, with the handle its note names (checking the answer against the
+  recording, byte for byte: a non-empty first slice, whole or followed by the line naming the next offset) and,
+  at the second turn, recalls a `tool_call_id` of another thread (the answer must be "not found").
 - **Checks after the run** (`FleetReport.problems`, empty when all hold): in every thread's final checkpoint no
   message id twice; every recorded message of the replayed turns is in the checkpoint as recorded, or is a note /
   preview there, or is gone, and in the last two cases its original is in the thread's store namespace,
@@ -35,6 +36,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import re
 import statistics
 import subprocess
 import sys
@@ -53,11 +55,14 @@ from langchain_core.runnables import RunnableConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOSING = "[replay: the recording has no reply here]"
+HANDLE = re.compile(r'recall_tool_result\(tool_call_id=("(?:[^"\\]|\\.)*")\)')
+"""The handle a note or preview names (a JSON string), as a model reads it."""
 WINDOW = 8_000
 OFFLOAD_ABOVE = 1_000
 """Tokens. The window is small enough that compaction truncates and drops in most threads, and large enough for a
-recall's answer (8,000 characters) beside the tau-bench system prompt; `offload_above` is under the largest
-tau-bench results (flight searches), so results are also offloaded on arrival."""
+recall's answer (the slice its window allows beside the tau-bench system prompt and tools,
+`lc_compaction.offload.recall_chars`); `offload_above` is under the largest tau-bench results (flight searches), so
+results are also offloaded on arrival."""
 
 LOG: contextvars.ContextVar[dict[str, list]] = contextvars.ContextVar("fleet_log")
 """The calls and checks of the turn being run (LangGraph copies the context into the threads that run nodes)."""
@@ -138,7 +143,6 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
 
     from lc_compaction import CompactionPolicy
     from lc_compaction.integrations import CompactionNode, CompactionState, recall_tool_result
-    from lc_compaction.integrations.recall import DEFAULT_RECALL_CHARS
     from lc_compaction.offload import RECALL_TOOL_NAME, is_offloaded, recall_text
 
     node = CompactionNode(CompactionPolicy(max_input_tokens=WINDOW, offload=True, offload_above=OFFLOAD_ABOVE),
@@ -155,10 +159,11 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
         LOG.get()["calls"].append((first, (time.perf_counter() - t0) * 1000))
         return out
 
-    def recall_call(kind: str, anchor: str, target: str) -> AIMessage:
+    def recall_call(kind: str, anchor: str, target: str, handle: str | None = None) -> AIMessage:
+        """A recall of `handle` (default: `target`, the recorded tool_call_id the answer is checked against)."""
         cid = f"{kind}|{esc(anchor)}|{esc(target)}"  # the ids hold "|": escaped in the call id only
-        return AIMessage("", id=f"ai-{cid}", tool_calls=[{"name": RECALL_TOOL_NAME, "args": {"tool_call_id": target},
-                                                          "id": cid}])
+        return AIMessage("", id=f"ai-{cid}", tool_calls=[{"name": RECALL_TOOL_NAME,
+                                                          "args": {"tool_call_id": handle or target}, "id": cid}])
 
     def model(state: dict, config: RunnableConfig) -> dict:
         conv = thread_of(config)
@@ -178,8 +183,9 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
             else:
                 expected = recall_text(conv.by_call[target].content)
                 end = last.artifact["end"] if isinstance(last.artifact, dict) else 0
-                ok = end > 0 and last.content[:end] == expected[:end] and end == min(len(expected),
-                                                                                     DEFAULT_RECALL_CHARS)
+                ok = end > 0 and last.content[:end] == expected[:end] and (
+                    last.content == expected if end == len(expected)
+                    else last.content[end:].endswith(f"call again with offset={end} for more]"))
                 LOG.get()["checks"].append(("recall", ok, target))
                 step = "reply"
         if isinstance(last, HumanMessage):
@@ -195,7 +201,9 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
             notes = [m for m in messages if isinstance(m, ToolMessage) and is_offloaded(m)
                      and m.tool_call_id in conv.by_call]
             if notes:
-                return {"messages": [recall_call("recall", anchor, notes[-1].tool_call_id)]}
+                handle = HANDLE.search(str(notes[-1].content))
+                return {"messages": [recall_call("recall", anchor, notes[-1].tool_call_id,
+                                                 json.loads(handle.group(1)) if handle else None)]}
         reply = conv.reply_after[anchor]
         return {"messages": [reply.model_copy()]}
 

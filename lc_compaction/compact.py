@@ -25,14 +25,22 @@ The ladder, in order:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
+from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
-from lc_compaction.offload import OffloadRecord, large_arrivals, plan_offloads, preview_arrivals
+from lc_compaction.offload import (
+    OffloadKeys,
+    OffloadRecord,
+    large_arrivals,
+    plan_offloads,
+    preview_arrivals,
+    recall_chars,
+)
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import (
     InvalidHistoryError,
@@ -154,7 +162,8 @@ class _Compaction:
     drivers."""
 
     def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
-                 repair: bool | None, tally: CountTally | None = None, offload: bool = False):
+                 repair: bool | None, tally: CountTally | None = None, offload: bool = False,
+                 offload_rekey: Collection[str] = ()):
         self.t0 = time.perf_counter()
         if policy is None:
             raise ValueError("policy: compact() needs a CompactionPolicy (at least max_input_tokens or a trigger)")
@@ -182,6 +191,7 @@ class _Compaction:
         self.repairs: list[Repair] = []
         self.state: LadderState | None = None
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
+        self.rekey = offload_rekey
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
         self.ladder_ran = self.triggered
 
@@ -231,7 +241,8 @@ class _Compaction:
             slots.append(Slot(m, count(m) if c is None else c))
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
-                                 goal_messages=self.goal_messages, pass_name="soft", offload=self.offload)
+                                 goal_messages=self.goal_messages, pass_name="soft",
+                                 offload=OffloadKeys(self.original, self.rekey) if self.offload else None)
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())
         if self.arrivals:  # before the ladder, which then runs only if the history is still above the trigger
@@ -317,11 +328,26 @@ class _Compaction:
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
             details=st.details, elapsed_ms=self._ms(), tally=tally,
-            offloads=plan_offloads(self.original, st.actions, removed) if self.offload else [])
+            offloads=self._offloads(removed))
+
+    def _offloads(self, removed: list[BaseMessage]) -> list[OffloadRecord]:
+        """With offload, the originals to write (`offload.plan_offloads`), each with the largest recall slice for
+        this call's window (`offload.recall_chars`: the fixed tokens and the system messages that open the
+        history are sent with every recall's answer)."""
+        st = self.state
+        if not self.offload or st is None:
+            return []
+        beside = st.fixed_tokens
+        for slot in st.slots:
+            if kind(slot.message) != SYSTEM:
+                break
+            beside += slot.tokens
+        return plan_offloads(self.original, st.actions, removed, st.offload, recall_chars(self.policy, beside))
 
 
 def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-            repair: bool | None = None, tally: CountTally | None = None, offload: bool = False) -> CompactionResult:
+            repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
+            offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Compact `messages` under `policy`: cheapest strategy first, stopping as soon as it fits.
 
     Args:
@@ -337,6 +363,9 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
             the front doors and `integrations.offload.compact_offloaded` do): truncation notes say how to recall,
             and a new tool result over `policy.offload_above` tokens becomes a preview even under the trigger.
             Still no I/O here.
+        offload_rekey: with offload, ids of tool results whose tool_call_id is already the key of another
+            content in the thread's store (the writer finds them): they are keyed "<tool_call_id>@<message id>"
+            (`lc_compaction.offload.OffloadKeys`).
 
     Returns:
         A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself.
@@ -347,7 +376,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         ValueError: invalid arguments (naming the argument); `policy.offload` is set and `offload` is False.
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
-    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload)
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not compaction.triggered and not compaction.arrivals:
         return compaction.unchanged("under_trigger")
     compaction.prepare()
@@ -359,10 +388,10 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-                   repair: bool | None = None, tally: CountTally | None = None, offload: bool = False
-                   ) -> CompactionResult:
+                   repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
+                   offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload)
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not compaction.triggered and not compaction.arrivals:
         return compaction.unchanged("under_trigger")
     compaction.prepare()

@@ -3,13 +3,17 @@ InMemoryStore and on PostgresStore (a real server: tests/conftest.py, scripts/po
 
 - offload then recall, through the real tool in a compiled graph (ToolNode injects the runtime), gives the
   original back byte-identical: text, content blocks, a very long result, non-ASCII (NUL, emoji, CJK, a lone
-  surrogate); the slices are in characters and never longer than the tool's cap;
+  surrogate); the slices are in characters and never longer than the tool's cap (in characters and UTF-8 bytes);
 - a recall from another thread is refused ("not found"), the thread namespace is per thread (a "." in the id too);
 - a failed write loses nothing (the store raising, or another content under the same key): the message stays as
   it was, the failure is in the result and in the event;
 - no double write: the next call finds the record and writes nothing;
 - offloaded content is counted nowhere in the model input;
-- a huge result is offloaded on arrival (under the trigger): head and tail preview plus the handle.
+- a huge result is offloaded on arrival (under the trigger): head and tail preview plus the handle;
+- a reused tool_call_id (`call_0` in every turn): taken in the store by an earlier turn's result, or twice in one
+  history, each result gets its own handle and both are recalled byte-identical;
+- a message cut by the last resort (a tool result or a user message) names the recall tool and its handle, and
+  the recall gives the original; without offload the marker promises nothing.
 """
 
 from __future__ import annotations
@@ -26,10 +30,23 @@ from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded, offload_target
+from lc_compaction.integrations.offload import (
+    OffloadTarget,
+    acompact_offloaded,
+    compact_offloaded,
+    offload_target,
+    write_offloads,
+)
 from lc_compaction.integrations.recall import DEFAULT_RECALL_CHARS, load_offloaded, recall_tool, recall_tool_result
 from lc_compaction.markers import is_truncated
-from lc_compaction.offload import RECALL_TOOL_NAME, offload_namespace, recall_text
+from lc_compaction.offload import (
+    RECALL_TOOL_NAME,
+    OffloadKeys,
+    is_offloaded,
+    offload_namespace,
+    plan_offloads,
+    recall_text,
+)
 
 LONG = "".join(f"line {i}: status shipped, tracking event {i * 7919 % 10007}\n" for i in range(6_000))
 UNICODE = "Zürich → 東京 🚀 naïve café\x00 end \ud800 lone surrogate; " * 40
@@ -68,6 +85,10 @@ def recall(graph: Any, thread: str, tool_call_id: str, **args: Any) -> ToolMessa
     msg = out["messages"][-1]
     assert isinstance(msg, ToolMessage) and msg.tool_call_id == call["id"]
     return msg
+
+
+def utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def recall_all(graph: Any, thread: str, tool_call_id: str, length: int | None = None) -> str:
@@ -125,7 +146,9 @@ def test_slice_recall_in_characters_and_capped(backend: Any) -> None:
     assert f"characters 17-50 of {len(text):,}" in msg.content
     small = recall_graph(store, recall_tool(max_chars=100))
     capped = recall(small, "s", "call0", offset=0, length=10_000)
-    assert capped.artifact["end"] == 100 and capped.content.startswith(text[:100])
+    end = capped.artifact["end"]  # the longest slice of at most 100 characters and 100 UTF-8 bytes
+    assert len(utf8(text[:end])) <= 100 < len(utf8(text[:end + 1])) and capped.content.startswith(text[:end])
+    assert recall(small, "s", "call1", length=10_000).artifact["end"] == 100  # ASCII: 100 characters
     assert recall_all(small, "s", "call0") == text
     past = recall(graph, "s", "call0", offset=len(text) + 5)
     assert "past the end" in past.content and text[:20] not in past.content
@@ -186,8 +209,9 @@ def test_a_failed_write_loses_nothing(backend: Any) -> None:
 
 
 def test_a_conflicting_record_keeps_that_message_and_offloads_others(backend: Any) -> None:
-    store = backend[0]
-    store.put(offload_namespace("t"), "call0", {"v": 1, "message": "{}", "sha256": "different"})
+    store = backend[0]  # another content under t0's tool_call_id, and under the key it would be given instead
+    for key in ("call0", "call0@t0"):
+        store.put(offload_namespace("t"), key, {"v": 1, "message": "{}", "sha256": "different"})
     messages = history([LONG, LONG, LONG])
     result = compact_offloaded(messages, policy(store), OffloadTarget(store, "t"))
     by_id = {m.id: m for m in result.messages}
@@ -289,3 +313,69 @@ def test_async_twin_offloads_and_recalls(backend: Any) -> None:
         assert json.loads(out["messages"][-1].content) == BLOCKS
 
     asyncio.run(main())
+
+
+def reused_turn(i: int, content: Any) -> list:
+    """Turn i of a server that numbers the calls of every turn from "call_0" (several OpenAI-compatible ones do)."""
+    return [HumanMessage(f"question {i}", id=f"h{i}"),
+            AIMessage("", id=f"a{i}", tool_calls=[{"name": "get_order", "args": {"n": i}, "id": "call_0"}]),
+            ToolMessage(content, tool_call_id="call_0", name="get_order", id=f"t{i}"),
+            AIMessage(f"answer {i}", id=f"r{i}")]
+
+
+def fillers(n: int = 6) -> list:
+    return [m for j in range(n) for m in (HumanMessage(f"small question {j}", id=f"hs{j}"),
+                                          AIMessage(f"small answer {j}", id=f"rs{j}"))]
+
+
+def handle_in(message: Any) -> str:
+    """The handle a note, preview or cut names, as the model reads it."""
+    start = message.content.index(f"{RECALL_TOOL_NAME}(tool_call_id=") + len(RECALL_TOOL_NAME) + len("(tool_call_id=")
+    return json.JSONDecoder().raw_decode(message.content, start)[0]
+
+
+def test_a_reused_tool_call_id_gets_its_own_handle_and_both_are_recalled(backend: Any) -> None:
+    store = backend[0]
+    target, graph = OffloadTarget(store, "r"), recall_graph(store)
+    first = compact_offloaded([SystemMessage("s", id="sys"), *reused_turn(0, LONG), *fillers()], policy(store),
+                              target)
+    note0 = {m.id: m for m in first.messages}["t0"]
+    assert is_truncated(note0) and handle_in(note0) == "call_0"
+    # later, turn 0 has left the history (as a rewrite leaves it once its exchange is dropped); turn 1 reuses call_0
+    second = compact_offloaded([SystemMessage("s", id="sys"), *reused_turn(1, UNICODE * 20), *fillers()],
+                               policy(store), target)
+    note1 = {m.id: m for m in second.messages}["t1"]
+    assert is_truncated(note1) and handle_in(note1) == "call_0@t1" and not second.offload["failed"]
+    assert "call_0@t1" in second.offload["written_keys"]
+    assert recall_all(graph, "r", handle_in(note0)) == LONG
+    assert recall_all(graph, "r", handle_in(note1)) == recall_text(UNICODE * 20)
+    assert load_offloaded(store, "r", "call_0@t1").id == "t1"
+
+
+def test_reused_tool_call_ids_in_one_history_are_keyed_apart_and_both_recalled(backend: Any) -> None:
+    store = backend[0]
+    messages = [SystemMessage("s", id="sys"), *reused_turn(0, LONG), *reused_turn(1, BLOCKS), HumanMessage("q")]
+    keys = OffloadKeys(messages)
+    assert [keys.key(m) for m in messages if m.type == "tool"] == ["call_0", "call_0@t1"]
+    records = plan_offloads(messages, [], [messages[3], messages[7]], keys)  # both results removed in one call
+    assert [r.key for r in records] == ["call_0", "call_0@t1"], "one record per result, none written over another"
+    assert write_offloads(records, OffloadTarget(store, "d"))["written"] == 2
+    graph = recall_graph(store)
+    assert recall_all(graph, "d", "call_0") == LONG
+    assert json.loads(recall_all(graph, "d", "call_0@t1")) == BLOCKS
+
+
+def test_a_cut_names_the_recall_tool_when_the_original_is_offloaded(backend: Any) -> None:
+    store = backend[0]
+    graph = recall_graph(store)
+    # a tool result alone over the budget (the latest one: never truncated) and a user message alone over it
+    for thread, messages, key in (
+            ("cut-tool", [SystemMessage("s", id="sys"), *history([LONG], n_filler=0)[1:4]], "call0"),
+            ("cut-user", [SystemMessage("s", id="sys"), HumanMessage(UNICODE * 40, id="paste")], "paste")):
+        plain = compact(messages, CompactionPolicy(max_input_tokens=4_000))
+        result = compact_offloaded(messages, policy(store), OffloadTarget(store, thread))
+        assert [a.kind for a in result.actions][-1] == "shortened" == [a.kind for a in plain.actions][-1]
+        cut, plain_cut = result.messages[-1], plain.messages[-1]
+        assert RECALL_TOOL_NAME not in recall_text(plain_cut.content), "without offload, no recall is promised"
+        assert handle_in(cut) == key and result.fits and not result.offload["failed"]
+        assert is_offloaded(cut) and recall_all(graph, thread, key) == recall_text(messages[-1].content)

@@ -7,12 +7,17 @@
 2. One `store.batch` of `GetOp`s looks them up in the thread's namespace (`lc_compaction.offload`): a record
    already there with the same sha256 is not written again (so the next call, or another worker, never writes
    the same content twice); the others go in one `store.batch` of `PutOp`s (`index=False`: no embedding).
-3. If a write fails (the store raised, or another content is already stored under that key in this thread),
-   those messages stay as they were for this call: compaction runs again with them pinned, and what that run
-   takes out instead is written in turn. When the store itself raised, every message is pinned for the rerun
-   (nothing more could be written). A message the store could not take is never changed, not even by the last
-   resort: if the call then exceeds the budget, `fits` is False and the model call may fail, but nothing is lost.
-   The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log line.
+3. A tool result whose tool_call_id is already the key of another content in this thread (a server that numbers
+   the calls of every turn from `call_0`, and the earlier `call_0` was offloaded when it left the history) gets
+   its own key: compaction runs again with it in `offload_rekey`, so its note names "<tool_call_id>@<message id>"
+   (`lc_compaction.offload.OffloadKeys`), and that record is written in turn.
+4. If a write fails (the store raised, or another content is already stored under a message id, or under the key a
+   reused tool_call_id was given), those messages stay as they were for this call: compaction runs again with them
+   pinned, and what that run takes out instead is written in turn. When the store itself raised, every message is
+   pinned for the rerun (nothing more could be written). A message the store could not take is never changed, not
+   even by the last resort: if the call then exceeds the budget, `fits` is False and the model call may fail, but
+   nothing is lost. The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log
+   line.
 
 The thread comes from the run's config (`config["configurable"]["thread_id"]`); offload without one is a
 configuration error (`ValueError`), never a silent loss.
@@ -103,7 +108,9 @@ class _Offloads:
         self.already = 0
         self.failed: dict[str, dict[str, str]] = {}  # message id -> {"id", "key", "error"}
         self.down: str | None = None  # the store's error, once it raised
+        self.rekey: set[str] = set()  # ids of tool results whose tool_call_id another content holds in the store
         self.runs = 0
+        self.run_policy = policy  # the policy of the next run (failed messages pinned)
 
     def todo(self, result: CompactionResult) -> list[OffloadRecord]:
         return [r for r in result.offloads if (r.kind, r.key) not in self.done]
@@ -119,6 +126,9 @@ class _Offloads:
             elif isinstance(item.value, dict) and item.value.get("sha256") == r.sha256():
                 self.done.add((r.kind, r.key))
                 self.already += 1
+            elif (r.kind == "tool_result" and r.key == r.message.tool_call_id  # type: ignore[attr-defined]
+                  and r.message.id and r.message.id not in self.rekey):
+                self.rekey.add(r.message.id)  # a reused tool_call_id: the rerun keys it by its message id too
             else:
                 self.fail(r, "another content is already stored under this key in this thread")
         return out
@@ -164,6 +174,21 @@ class _Offloads:
         self.down = f"{type(exc).__name__}: {exc}"
         for r in records:
             self.fail(r, self.down)
+
+    def progress(self) -> tuple[int, int]:
+        """(failed messages, rekeyed tool results) so far: a run that changes either is followed by another."""
+        return len(self.failed), len(self.rekey)
+
+    def again(self, before: tuple[int, int]) -> bool:
+        """After one run's writes (`before`: `progress()` before them): True when compaction must run again,
+        with the failed messages pinned (`next_policy`) and the rekeyed results given their own keys."""
+        self.runs += 1
+        now = self.progress()
+        if now == before:
+            return False
+        if now[0] != before[0]:
+            self.run_policy = self.next_policy()
+        return True
 
     def next_policy(self) -> CompactionPolicy:
         """The policy of the rerun: the failed messages pinned (every message once the store raised)."""
@@ -241,18 +266,16 @@ def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target:
         What `compact` raises. A store error is never raised: it is reported (see the module).
     """
     state = _Offloads(policy, target)
-    run_policy = policy
     messages = _messages(messages)
     while True:
-        result = compact(messages, run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally, offload=True)
+        result = compact(messages, state.run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally,
+                         offload=True, offload_rekey=frozenset(state.rekey))
+        before = state.progress()
         todo = state.todo(result)
-        before = len(state.failed)
         if todo:
             state.write(todo)
-        state.runs += 1
-        if len(state.failed) == before:
+        if not state.again(before):
             return state.finish(result, messages)
-        run_policy = state.next_policy()
 
 
 async def acompact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target: OffloadTarget, *,
@@ -260,19 +283,16 @@ async def acompact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, 
                              ) -> CompactionResult:
     """Async twin of `compact_offloaded` (`acompact`, `store.abatch`)."""
     state = _Offloads(policy, target)
-    run_policy = policy
     messages = _messages(messages)
     while True:
-        result = await acompact(messages, run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally,
-                                offload=True)
+        result = await acompact(messages, state.run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally,
+                                offload=True, offload_rekey=frozenset(state.rekey))
+        before = state.progress()
         todo = state.todo(result)
-        before = len(state.failed)
         if todo:
             await state.awrite(todo)
-        state.runs += 1
-        if len(state.failed) == before:
+        if not state.again(before):
             return state.finish(result, messages)
-        run_policy = state.next_policy()
 
 
 def _messages(messages: Sequence[Any]) -> list[BaseMessage]:

@@ -49,25 +49,27 @@ class TruncateToolResults(SyncStrategy):
         if self.preview_chars < 0:
             raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
 
-    def note(self, message: ToolMessage, text: str | None = None, *, recall: bool = False) -> str:
+    def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None) -> str:
         """The one-line note that replaces `message.content` (`text`: its `content_text`, when known); with
-        `recall`, it ends with how to get the original back (`lc_compaction.offload.recall_hint`)."""
+        `recall` (the original's store key, offload on), it ends with how to get the original back
+        (`lc_compaction.offload.recall_hint`)."""
         if text is None:
             text = content_text(message.content)
         preview = " ".join(text[: self.preview_chars].split())
         more = "..." if len(text) > self.preview_chars else ""
         tool = f" from {message.name}" if message.name else ""
-        hint = f". {recall_hint(message.tool_call_id)}" if recall else ""
+        hint = f". {recall_hint(recall)}" if recall is not None else ""
         return (f"{TRUNCATION_PREFIX}: the result{tool} had {len(text):,} characters; "
                 f"it started with: {json.dumps(preview + more, ensure_ascii=False)}{hint}]")
 
-    def truncated(self, message: ToolMessage, *, recall: bool = False) -> ToolMessage:
+    def truncated(self, message: ToolMessage, *, recall: str | None = None) -> ToolMessage:
         """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id); with
-        `recall` (offload on), the note says how to recall it and the mark has `"offloaded": {}`."""
+        `recall` (the original's store key, offload on), the note says how to recall it and the mark has
+        `"offloaded": {}`."""
         text = content_text(message.content)
         meta = dict(message.response_metadata or {})
         meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text)}
-        if recall:
+        if recall is not None:
             meta[MARK_KEY]["offloaded"] = {}
         return message.model_copy(update={"content": self.note(message, text, recall=recall),
                                           "response_metadata": meta})
@@ -109,7 +111,7 @@ class TruncateToolResults(SyncStrategy):
             content = old.message.content
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
-            new = self.truncated(old.message, recall=state.offload)  # type: ignore[arg-type]
+            new = self.truncated(old.message, recall=state.recall_key(old.message))  # type: ignore[arg-type]
             tokens = state.counter.count_message(new)
             if tokens >= old.tokens:
                 continue  # the note would not be smaller
