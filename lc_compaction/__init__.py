@@ -47,6 +47,7 @@ _LAZY = {
     "compaction_hook": "lc_compaction.integrations.langgraph",
     "CompactionMiddleware": "lc_compaction.integrations.middleware",
     "CompactingChatMessageHistory": "lc_compaction.integrations.chat_history",
+    "recall_tool_result": "lc_compaction.integrations.recall",
 }
 
 
@@ -68,6 +69,7 @@ __all__ = [
     "SummarizationError",
     "Summarize",
     "compaction_hook",
+    "recall_tool_result",
     "CallRecord",
     "ConversationReplay",
     "EncodingUnavailableError",

@@ -2,7 +2,9 @@
 
 A cut message keeps its id, type, `tool_call_id` and tool calls; its text is cut at the end and a marker says
 how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
-`{"kind": "shortened", "original_chars": n, "removed_blocks": [...]}`. Content blocks keep their structure:
+`{"kind": "shortened", "original_chars": n, "removed_blocks": [...]}`. With offload on, the original is written to
+the store before the cut is used (`lc_compaction.offload`): the marker then also names the recall tool and the
+handle (`offload.recall_hint`), and the mark has `"offloaded": {}`. Content blocks keep their structure:
 text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and media blocks
 (images, files, audio) are removed, oldest first and only as many as needed, when cutting the text alone cannot
 get the message small enough; the marker names them.
@@ -19,6 +21,7 @@ from lc_compaction._content import MEDIA_BLOCKS  # re-exported: part of this mod
 from lc_compaction._content import block_text, block_type, is_media, with_block_text
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
+from lc_compaction.offload import recall_hint
 from lc_compaction.structure import is_request
 
 MIN_TOKENS_TO_CUT = 50
@@ -39,7 +42,19 @@ def media_count(content: Any) -> int:
     return sum(1 for b in content if is_media(b))
 
 
-def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False) -> BaseMessage:
+def _marker(removed: int, removed_blocks: Sequence[str], recall: str | None, what: str) -> str:
+    """The marker, on its own line: how many characters went, the media blocks removed, and with `recall` (the
+    original's store key) how to read the original back."""
+    note = SHORTENED_MARKER.format(removed=removed)
+    if removed_blocks:
+        note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
+    if recall is not None:
+        note = note[:-1] + f" {recall_hint(recall, what)}]"
+    return note
+
+
+def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False,
+            recall: str | None = None) -> BaseMessage:
     """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
 
     Args:
@@ -47,12 +62,15 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         keep_chars: characters of text to keep, >= 0.
         drop_media: remove image / file / audio / non-text document blocks (named in the marker): True for all,
             a number N for the first N of them (the oldest), False for none.
+        recall: the store key of the original when it is offloaded (`LadderState.recall_key`): the marker says
+            how to recall it.
     """
     content = message.content
     original = text_length(content)
     removed_blocks: list[str] = []
+    what = "result" if message.type == "tool" else "message"
     if isinstance(content, str):
-        new_content: Any = content[:keep_chars] + SHORTENED_MARKER.format(removed=max(len(content) - keep_chars, 0))
+        new_content: Any = content[:keep_chars] + _marker(max(len(content) - keep_chars, 0), (), recall, what)
     else:
         out: list[Any] = []
         budget = keep_chars
@@ -73,13 +91,12 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
                 out.append(with_block_text(block, text[:budget]))
             budget = 0
         kept = keep_chars - budget
-        note = SHORTENED_MARKER.format(removed=max(original - kept, 0)).strip()
-        if removed_blocks:
-            note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
-        out.append({"type": "text", "text": note})
+        out.append({"type": "text", "text": _marker(max(original - kept, 0), removed_blocks, recall, what).strip()})
         new_content = out
     meta = dict(message.response_metadata or {})
     meta[MARK_KEY] = {"kind": "shortened", "original_chars": original, "removed_blocks": removed_blocks}
+    if recall is not None:
+        meta[MARK_KEY]["offloaded"] = {}
     return message.model_copy(update={"content": new_content, "response_metadata": meta})
 
 
@@ -99,7 +116,8 @@ def last_resort(state: LadderState, budget: int) -> None:
         return not isinstance(slots[i].message, SystemMessage) and slots[i].tokens > MIN_TOKENS_TO_CUT
 
     floor = state.fixed_tokens + sum(
-        counter.count_message(shorten(s.message, 0, drop_media=True)) if cuttable(i) else s.tokens
+        counter.count_message(shorten(s.message, 0, drop_media=True, recall=state.recall_key(s.message)))
+        if cuttable(i) else s.tokens
         for i, s in enumerate(slots))
     if floor > budget:
         return
@@ -119,6 +137,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
     counter = state.counter
     message, tokens = state.slots[i].message, state.slots[i].tokens
+    recall = state.recall_key(message)
     length = text_length(message.content)
     best = None
     # text first, in proportion to the tokens to shed; then the media blocks one by one (oldest first), each
@@ -126,7 +145,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     for dropped in range(media_count(message.content) + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=dropped)
+            candidate = shorten(message, keep, drop_media=dropped, recall=recall)
             if counter.count_message(candidate) <= want:
                 best = candidate
                 break
@@ -136,7 +155,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
         if best is not None:
             break
     if best is None:
-        best = shorten(message, 0, drop_media=True)
+        best = shorten(message, 0, drop_media=True, recall=recall)
     if counter.count_message(best) < tokens:
         removed = best.response_metadata[MARK_KEY]["removed_blocks"]
         state.replace(i, best, strategy="last_resort", kind="shortened",
