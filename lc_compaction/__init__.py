@@ -7,6 +7,7 @@ tool_calls and their ToolMessages are one unit: never orphaned, split or duplica
 
 from typing import Any
 
+from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
@@ -46,6 +47,7 @@ _LAZY = {
     "compaction_hook": "lc_compaction.integrations.langgraph",
     "CompactionMiddleware": "lc_compaction.integrations.middleware",
     "CompactingChatMessageHistory": "lc_compaction.integrations.chat_history",
+    "recall_tool_result": "lc_compaction.integrations.recall",
 }
 
 
@@ -67,6 +69,7 @@ __all__ = [
     "SummarizationError",
     "Summarize",
     "compaction_hook",
+    "recall_tool_result",
     "CallRecord",
     "ConversationReplay",
     "EncodingUnavailableError",
@@ -90,6 +93,7 @@ __all__ = [
     "InvalidHistoryError",
     "LadderState",
     "MessageCounter",
+    "PromptCache",
     "Repair",
     "Strategy",
     "TiktokenCounter",

@@ -2,7 +2,7 @@
 
     lc-compaction replay [TRACE.jsonl ...] [--max-input-tokens N] [--trigger KIND=VALUE ...] [--keep KIND=VALUE]
                          [--target KIND=VALUE] [--reserve N] [--token-counter exact|approximate]
-                         [--model-name NAME] [--json] [--plot PNG]
+                         [--model-name NAME] [--cached-price P] [--json] [--plot PNG]
     lc-compaction compact [MESSAGES.json | TRACE.jsonl | -] [the same policy options] [--output-format ...] [--report]
     lc-compaction --version
 
@@ -11,7 +11,8 @@ Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `
 `--trigger tokens=4000,messages=10` is a clause whose thresholds must all be exceeded.
 
 This module only translates: the policy is `CompactionPolicy`, the work is `replay.replay_files` and `compact`,
-the figures are `ReplayReport.to_dict()`, the plot is `report.plot_context`.
+the bill's cache model is `billing.PromptCache`, the figures are `ReplayReport.to_dict()`, the plot is
+`report.plot_context`.
 Exit codes: 0 done; 1 an invariant violation was found or compaction failed; 2 bad usage or input
 (a trace that is not valid names the file, line and field).
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import click
 
+from lc_compaction.billing import DEFAULT_CACHED_PRICE
 from lc_compaction.policy import CompactionPolicy
 
 DEFAULT_MAX_INPUT_TOKENS = 8_000
@@ -141,20 +143,29 @@ def main() -> None:
 @main.command(short_help="Replay recorded conversations through compaction and report the figures.")
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_policy_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (totals, policy, per file).")
+@click.option("--cached-price", type=click.FloatRange(0, 1), default=DEFAULT_CACHED_PRICE, show_default=True,
+              help="A cached input token's price over an uncached one, for the bill (OpenAI's prompt-cache rule: "
+                   "the prefix shared with the previous request, in 128-token steps from 1,024 tokens).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (totals, policy, cache model, per file, per conversation, per call).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
               help="Draw the context size per call with and without compaction to this PNG file.")
-def replay(traces: tuple[Path, ...], as_json: bool, plot: Path | None, **settings: Any) -> None:
+def replay(traces: tuple[Path, ...], cached_price: float, as_json: bool, plot: Path | None,
+           **settings: Any) -> None:
     """Replay recorded conversations (OpenAI chat format JSONL, one conversation a line; or a JSON list of one
     conversation's messages, what `compact` reads) as the agent loop would have run them, compacting before
-    every model call. With no TRACE, replays the bundled example conversations."""
+    every model call. With no TRACE, replays the bundled example conversations.
+
+    Every call is billed with and without compaction under OpenAI's prompt-cache rule (cached tokens at
+    --cached-price), and the identifiers of the history so far are looked up in what was sent."""
+    from lc_compaction.billing import PromptCache
     from lc_compaction.replay import ReplayError, replay_files
     from lc_compaction.traces import TraceFormatError, bundled_traces
 
     policy = _make_policy(**settings)
     paths = list(traces) or bundled_traces()
     try:
-        report = replay_files(paths, policy, progress=not as_json)
+        report = replay_files(paths, policy, progress=not as_json, cache=PromptCache(cached_price=cached_price))
     except TraceFormatError as exc:
         raise InputError(str(exc)) from None
     except ReplayError as exc:
@@ -195,15 +206,21 @@ def _table(data: dict[str, Any]) -> str:
     trig = " or ".join(",".join(f"{k}={v:g}" for k, v in c.items()) for c in p["trigger"])
     lines = [f"lc-compaction replay: window {p['max_input_tokens']:,} tokens, trigger {trig}, "
              f"target {p['target_tokens']:,} tokens, keep {p['keep'][0]}={p['keep'][1]:g}, "
-             f"reserve {p['reserve']:,}, counter {p['token_counter']}", ""]
-    head = ["file", "conv", "calls", "compactions", "tokens sent: without", "with", "saved", "peak input",
-            "over window", "violations", "ms median", "ms p95"]
+             f"reserve {p['reserve']:,}, counter {p['token_counter']}",
+             f"cache model: {data['cache_model']['rule']}", ""]
+    head = ["file", "conv", "calls", "compactions", "back-to-back", "tokens sent: without", "with", "saved",
+            "bill: without", "with", "ratio", "ids kept", "peak input", "over window", "violations", "ms median",
+            "ms p95"]
 
     def row(name: str, d: dict[str, Any]) -> list[str]:
         ms = [f"{d[k]:.2f}" if d[k] is not None else "-" for k in ("compaction_ms_median", "compaction_ms_p95")]
+        ratio = f"{d['bill_ratio']:.3f}" if d["bill_ratio"] is not None else "-"
+        held = f"{d['identifiers_held_fraction']:.1%}" if d["identifiers_held_fraction"] is not None else "-"
         return [name, str(d["conversations"]), str(d["model_calls"]), str(d["compactions"]),
-                f"{d['tokens_sent_uncompacted']:,}", f"{d['tokens_sent']:,}", f"{d['tokens_saved_fraction']:.1%}",
-                f"{d['peak_input_tokens']:,}", str(d["over_window_calls"]), str(d["invariant_violations"]), *ms]
+                str(d["back_to_back_compactions"]), f"{d['tokens_sent_uncompacted']:,}", f"{d['tokens_sent']:,}",
+                f"{d['tokens_saved_fraction']:.1%}", f"{d['billed_input_uncompacted']:,.0f}",
+                f"{d['billed_input']:,.0f}", ratio, held, f"{d['peak_input_tokens']:,}",
+                str(d["over_window_calls"]), str(d["invariant_violations"]), *ms]
 
     rows = [row(Path(f["path"]).name, f) for f in data["files"]] + [row("total", data)]
     widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
@@ -213,7 +230,11 @@ def _table(data: dict[str, Any]) -> str:
 
     lines += [fmt(head), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows[:-1]],
               fmt(["-" * w for w in widths]), fmt(rows[-1]), "",
-              "tokens sent: input tokens summed over every model call (what is billed), without and with compaction;",
+              "tokens sent: input tokens summed over every model call, without and with compaction;",
+              "bill: those input tokens billed under the cache model above, in units of uncached input tokens,",
+              "without and with compaction, and their ratio (with / without);",
+              "back-to-back: compactions on the call right after another compaction;",
+              "ids kept: (call, identifier) pairs whose identifier of the history so far is still in what was sent;",
               "peak input: the largest single call with compaction; ms: compaction time per model call."]
     return "\n".join(lines)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
@@ -26,6 +26,9 @@ from lc_compaction.structure import (
     split_steps,
 )
 from lc_compaction.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from lc_compaction.offload import OffloadKeys
 
 
 @dataclass
@@ -100,16 +103,21 @@ class LadderState:
       the request of any exchange that holds a protected message) or in the kept recent part.
     - `fixed_tokens`: tokens counted beside the messages (reply priming, system prompt and tool schemas
       passed separately): part of `total()`.
+    - `offload`: the store keys (`lc_compaction.offload.OffloadKeys`) when the caller writes every original this
+      compaction takes out to a store before using the result: notes and cuts tell the model how to recall them
+      (`recall_key`); None when offload is off.
     """
 
     def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
-                 goal_tokens: int | None, goal_messages: int | None, pass_name: str):
+                 goal_tokens: int | None, goal_messages: int | None, pass_name: str,
+                 offload: OffloadKeys | None = None):
         self.slots = slots
         self.counter = counter
         self.fixed_tokens = fixed_tokens
         self.goal_tokens = goal_tokens
         self.goal_messages = goal_messages
         self.pass_name = pass_name
+        self.offload = offload
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
@@ -127,6 +135,12 @@ class LadderState:
     @property
     def messages(self) -> list[BaseMessage]:
         return [s.message for s in self.slots]
+
+    def recall_key(self, message: BaseMessage) -> str | None:
+        """The handle a note or a cut of `message` names for the recall tool (its store key), or None when
+        offload is off or the original will not be in the store (`OffloadKeys.recallable`)."""
+        keys = self.offload
+        return keys.key(message) if keys is not None and keys.recallable(message) else None
 
     def total(self) -> int:
         """Tokens of the whole request as it stands (messages + fixed tokens)."""

@@ -38,6 +38,12 @@ DEFAULT_TRIGGER_FRACTION = 0.8
 DEFAULT_TARGET_FRACTION = 0.6
 DEFAULT_TARGET_OF_TRIGGER = 0.75
 DEFAULT_KEEP: ContextSize = ("turns", 2)
+DEFAULT_OFFLOAD_ABOVE = 5_000
+"""Default `offload_above` (tokens): a tool result larger than this is offloaded when it arrives. From the 1,349
+tool results of the shared traces (tau-bench airline, AgentDojo; o200k_base): 95% are under 1,218 tokens and
+none lies between 2,885 and 6,524 tokens; the 58 above that gap (4.3% of the results) hold 69% of the
+tool-result tokens. Any threshold in the gap offloads the same results; 5,000 sits in its middle. deepagents
+uses 20,000 tokens for 200,000-token windows: none of these traces' results would reach it."""
 DEFAULT_RESERVE_CAP = 4096
 """Default reply room: min(4096, window // 10) tokens. 4,096 is a common completion cap (OpenAI's
 `max_tokens` default for many models was 4,096); a tenth of the window scales it down for small windows."""
@@ -92,10 +98,17 @@ class CompactionPolicy:
             `InvalidHistoryError`. None (default): `compact()` raises (as False) and the front doors (the
             LangGraph node, the agent middleware, the chat-history wrapper) repair (as True), so an agent's
             thread is never left unusable by a history its provider accepts; see `repairs_by_default`.
+        offload: keep what compaction takes out of the history in a LangGraph store, recallable by the model
+            (`lc_compaction.offload`): a `BaseStore`, or True for the graph's own store (front doors only).
+            None (default) or False: off. `compact()` itself does no I/O: use a front door or
+            `lc_compaction.integrations.offload.compact_offloaded`.
+        offload_above: with offload on, a tool result larger than this many tokens is offloaded when it
+            arrives (the model sees a head and tail preview and the handle). Default `DEFAULT_OFFLOAD_ABOVE`
+            (5,000; see its docstring); None: only what compaction truncates, drops or summarizes.
 
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
-            `token_counter`, `strategies`) that is invalid.
+            `token_counter`, `strategies`, `offload`, `offload_above`) that is invalid.
     """
 
     max_input_tokens: int | None = None
@@ -108,6 +121,8 @@ class CompactionPolicy:
     model_name: str | None = None
     pin: Callable[[BaseMessage], bool] | Collection[str] | None = None
     repair: bool | None = None
+    offload: Any = None
+    offload_above: int | None = DEFAULT_OFFLOAD_ABOVE
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
 
@@ -146,6 +161,24 @@ class CompactionPolicy:
                 if not (hasattr(s, "apply") and hasattr(s, "aapply") and hasattr(s, "name")):
                     raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
         self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
+        self._check_offload()
+        self._check_offload_above()
+
+    def _check_offload(self) -> None:
+        if self.offload is False:
+            self.offload = None
+        if self.offload is not None and self.offload is not True:
+            from langgraph.store.base import BaseStore  # only when a store is given: the core needs no LangGraph
+
+            if isinstance(self.offload, BaseStore):
+                return
+            raise ValueError(f"offload: expected a LangGraph BaseStore, True (the graph's store) or None, "
+                             f"got {type(self.offload).__name__}")
+
+    def _check_offload_above(self) -> None:
+        above = self.offload_above
+        if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above <= 0):
+            raise ValueError(f"offload_above: must be a positive int (tokens) or None, got {above!r}")
 
     def repairs_by_default(self, default: bool) -> bool:
         """Whether to repair a broken input: `repair` when set, else `default` (False for `compact()`, True for

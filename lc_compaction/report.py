@@ -4,8 +4,9 @@
   (which identifiers of the removed or rewritten messages are still in the context) and
   `summary_identifiers_table` (which of them the summarizer wrote itself, and which the fact guard added);
 - replays: `calls_dataframe` (one row per model call), `summary_dataframe` (one row per replay), `plot_context`
-  (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
-  policies over one conversation, both views on one figure).
+  (input tokens per call), `plot_cumulative` (cumulative input tokens sent), `plot_comparison` (several
+  policies over one conversation, both views on one figure) and `plot_bill` (the input bill per call and in total
+  under the provider's prompt cache, with and without compaction).
 
 pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`, or
 `pip install -e '.[plot]'` in a clone of the repository), so the compaction core never needs them.
@@ -13,7 +14,7 @@ pandas and matplotlib are imported inside the functions (the `plot` extra: `pip 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
@@ -22,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
-from lc_compaction.replay import ConversationReplay, ReplayReport
+from lc_compaction.replay import CallRecord, ConversationReplay, ReplayReport
 from lc_compaction.strategies.facts import FactGuard, contains, is_facts_line, message_text
 from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
@@ -33,14 +34,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["CALL_COLUMNS", "COMPACTION_COLUMNS", "IDENTIFIER_COLUMNS", "OUTCOMES", "SUMMARY_COLUMNS",
-           "SUMMARY_IDENTIFIER_COLUMNS", "calls_dataframe", "compaction_table", "identifiers_table",
+           "SUMMARY_IDENTIFIER_COLUMNS", "calls_dataframe", "compaction_table", "identifiers_table", "plot_bill",
            "plot_comparison", "plot_context", "plot_cumulative", "summary_dataframe", "summary_identifiers_table"]
 
 CALL_COLUMNS = ("conversation", "call", "message_index", "tokens_uncompacted", "tokens_before", "tokens_sent",
                 "messages_uncompacted", "messages_before", "messages_sent", "compaction_ms", "compacted",
-                "triggered", "stop_reason", "fits", "strategies", "violations", "first_request_present")
+                "triggered", "stop_reason", "fits", "strategies", "violations", "first_request_present",
+                "cached_tokens", "billed_input", "prefix_messages", "cached_tokens_uncompacted",
+                "billed_input_uncompacted", "back_to_back", "identifiers_so_far", "identifiers_held",
+                "tool_identifiers_so_far", "tool_identifiers_held")
 """Columns of `calls_dataframe`, in order (see `replay.CallRecord` for each; "strategies" is a comma-separated
-string, "violations" a count)."""
+string, "violations" a count; bills in units of uncached input tokens)."""
 
 Replays = Union[ConversationReplay, ReplayReport, Mapping[str, ConversationReplay], Iterable[ConversationReplay]]
 
@@ -86,7 +90,14 @@ def calls_dataframe(replay: Replays) -> pandas.DataFrame:
                          "messages_before": c.messages_before, "messages_sent": c.messages_sent,
                          "compaction_ms": c.compaction_ms, "compacted": c.compacted, "triggered": c.triggered,
                          "stop_reason": c.stop_reason, "fits": c.fits, "strategies": ",".join(c.strategies),
-                         "violations": len(c.violations), "first_request_present": c.first_request_present})
+                         "violations": len(c.violations), "first_request_present": c.first_request_present,
+                         "cached_tokens": c.cached_tokens, "billed_input": c.billed_input,
+                         "prefix_messages": c.prefix_messages,
+                         "cached_tokens_uncompacted": c.cached_tokens_uncompacted,
+                         "billed_input_uncompacted": c.billed_input_uncompacted, "back_to_back": c.back_to_back,
+                         "identifiers_so_far": c.identifiers_so_far, "identifiers_held": c.identifiers_held,
+                         "tool_identifiers_so_far": c.tool_identifiers_so_far,
+                         "tool_identifiers_held": c.tool_identifiers_held})
     frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(CALL_COLUMNS))
     return frame
 
@@ -385,13 +396,18 @@ def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard
 SUMMARY_COLUMNS = ("model_calls", "compactions", "tokens_sent_uncompacted", "tokens_sent", "tokens_saved",
                    "tokens_saved_fraction", "peak_input_tokens", "peak_input_tokens_uncompacted", "over_window_calls",
                    "over_budget_calls", "not_fitting_calls", "invariant_violations", "first_request_missing_calls",
-                   "compaction_ms_median", "compaction_ms_p95", "compaction_ms_max")
-"""Columns of `summary_dataframe`: the keys of `replay.summarize_calls` (tokens, calls, milliseconds)."""
+                   "cached_tokens", "cached_tokens_uncompacted", "billed_input", "billed_input_uncompacted",
+                   "bill_ratio", "back_to_back_compactions", "identifiers_so_far", "identifiers_held",
+                   "identifiers_held_fraction", "tool_identifiers_so_far", "tool_identifiers_held",
+                   "tool_identifiers_held_fraction", "compaction_ms_median", "compaction_ms_p95", "compaction_ms_max")
+"""Columns of `summary_dataframe`: keys of `replay.summarize_calls` (tokens, calls, bills in uncached-token
+units, identifiers, milliseconds)."""
 
 
 def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     """One row per replay with its figures (`ConversationReplay.summary()`: tokens sent with and without
-    compaction, peak input tokens, calls over the window, invariant violations, compaction milliseconds).
+    compaction, peak input tokens, calls over the window, invariant violations, the input bill with and without
+    compaction and back-to-back compactions, identifiers held, compaction milliseconds).
 
     Args:
         replays: {name: ConversationReplay} (e.g. one conversation under several policies), one replay, a list or
@@ -411,25 +427,36 @@ def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     return frame
 
 
-def _cumulative(values: Iterable[int]) -> list[int]:
-    out, total = [], 0
+def _cumulative(values: Iterable[float]) -> list[float]:
+    out: list[float] = []
+    total: float = 0
     for v in values:
         total += v
         out.append(total)
     return out
 
 
-def _draw(ax: Axes, convs: list[tuple[str, ConversationReplay]], cumulative: bool) -> None:
-    """Each replay's input tokens sent (solid, one colour each) and the uncompacted series (dashed), drawn once per
+def _tokens(c: CallRecord) -> tuple[float, float]:
+    return c.tokens_sent, c.tokens_uncompacted
+
+
+def _bills(c: CallRecord) -> tuple[float, float]:
+    return c.billed_input, c.billed_input_uncompacted
+
+
+def _draw(ax: Axes, convs: list[tuple[str, ConversationReplay]], cumulative: bool,
+          values: Callable[[CallRecord], tuple[float, float]] = _tokens) -> None:
+    """Each replay's series with compaction (solid, one colour each) and without (dashed), drawn once per
     distinct series: in grey and labelled "no compaction" when every replay has the same one (one conversation
-    under several policies), else in the colour of the first replay that has it."""
+    under several policies), else in the colour of the first replay that has it. `values(call)` gives a call's
+    (with, without) figures: input tokens by default."""
     many = len(convs) > MAX_LABELLED
-    series = [(name, conv, [c.tokens_sent for c in conv.calls], [c.tokens_uncompacted for c in conv.calls])
+    series = [(name, conv, [values(c)[0] for c in conv.calls], [values(c)[1] for c in conv.calls])
               for name, conv in convs]
     if cumulative:
         series = [(name, conv, _cumulative(sent), _cumulative(unc)) for name, conv, sent, unc in series]
     shared = len({tuple(unc) for *_, unc in series}) == 1
-    drawn: set[tuple[int, ...]] = set()
+    drawn: set[tuple[float, ...]] = set()
     for k, (name, conv, sent, unc) in enumerate(series):
         x = [c.index for c in conv.calls]
         color = "tab:blue" if many else f"C{k % 10}"
@@ -466,6 +493,44 @@ def plot_cumulative(replays: Replays, ax: Axes | None = None, *, title: str | No
     _draw(ax, _conversations(replays), cumulative=True)
     ax.set_ylabel("input tokens sent so far")
     ax.set_title(title or "Cumulative input tokens sent")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_bill(replays: Replays, ax: Axes | None = None, *, cumulative: bool = False,
+              title: str | None = None) -> Axes:
+    """Draw the input bill of every model call (`CallRecord.billed_input`: uncached input tokens plus the cached
+    ones at the cache model's price, in units of uncached input tokens) with compaction (solid, one colour per
+    replay) and without (dashed, once per distinct series; one grey "no compaction" line when all replays are of
+    the same conversation), with a dot on each call that compacted. A call whose compaction broke the cached
+    prefix shows as a spike above the dashed line.
+
+    Args:
+        replays: {name: ConversationReplay} (or one replay, a list, a `ReplayReport`); x is the call number.
+        ax: the matplotlib Axes to draw on; a new figure (pyplot, 9 x 5 inches) when None.
+        cumulative: draw the bill summed over the calls so far instead of each call's.
+        title: the plot's title (default "Input bill per model call", or "Cumulative input bill").
+
+    Returns:
+        The Axes drawn on.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    ax = _axes(ax)
+    convs = _conversations(replays)
+    _draw(ax, convs, cumulative=cumulative, values=_bills)
+    if len(convs) <= MAX_LABELLED:  # a dot on each call that compacted
+        for k, (_, conv) in enumerate(convs):
+            ys = _cumulative(c.billed_input for c in conv.calls) if cumulative else [c.billed_input for c in conv.calls]
+            hits = [(c.index, y) for c, y in zip(conv.calls, ys) if c.compacted]
+            if hits:
+                ax.plot(*zip(*hits), linestyle="none", marker="o", markersize=4, color=f"C{k % 10}",
+                        label="compacted" if k == 0 else None)
+    price = convs[0][1].cache.cached_price if convs else None
+    unit = "uncached input tokens" + (f"; cached at {price:g}" if price is not None else "")
+    ax.set_ylabel(f"bill so far ({unit})" if cumulative else f"bill ({unit})")
+    ax.set_title(title or ("Cumulative input bill" if cumulative else "Input bill per model call"))
     ax.legend(fontsize="small")
     return ax
 

@@ -2,7 +2,9 @@
 
 A cut message keeps its id, type, `tool_call_id` and tool calls (their ids and names); its text is cut at the end
 and a marker says how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
-`{"kind": "shortened", "original_chars": n, "removed_blocks": [...], "cut_tool_calls": [...]}`. Content blocks keep
+`{"kind": "shortened", "original_chars": n, "removed_blocks": [...], "cut_tool_calls": [...]}`. With offload on, the
+original is written to the store before the cut is used (`lc_compaction.offload`): the marker then also names the
+recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`. Content blocks keep
 their structure: text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and
 media blocks (images, files, audio) are removed, oldest first and only as many as needed, when cutting the text
 alone cannot get the message small enough; the marker names them.
@@ -40,6 +42,7 @@ from lc_compaction.markers import (
     MARK_KEY,
     SHORTENED_MARKER,
 )
+from lc_compaction.offload import recall_hint
 from lc_compaction.structure import is_request, tool_calls_of
 
 MIN_TOKENS_TO_CUT = 50
@@ -66,6 +69,17 @@ def media_count(content: Any) -> int:
     if isinstance(content, str):
         return 0
     return sum(1 for b in content if is_media(b))
+
+
+def _marker(removed: int, removed_blocks: Sequence[str], recall: str | None, what: str) -> str:
+    """The marker, on its own line: how many characters went, the media blocks removed, and with `recall` (the
+    original's store key) how to read the original back."""
+    note = SHORTENED_MARKER.format(removed=removed)
+    if removed_blocks:
+        note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
+    if recall is not None:
+        note = note[:-1] + f" {recall_hint(recall, what)}]"
+    return note
 
 
 def arguments_length(message: BaseMessage) -> int:
@@ -178,7 +192,7 @@ def _with_block_args(block: dict[str, Any], args: Any) -> dict[str, Any]:
 
 
 def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False,
-            args_fraction: float | None = None) -> BaseMessage:
+            args_fraction: float | None = None, recall: str | None = None) -> BaseMessage:
     """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
 
     Args:
@@ -188,6 +202,8 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
             a number N for the first N of them (the oldest), False for none.
         args_fraction: cut each tool call's arguments to about this fraction (0 to 1) of their size
             (`cut_arguments`; the cut is marked inside them); None (default) leaves them whole.
+        recall: the store key of the original when it is offloaded (`LadderState.recall_key`): the marker says
+            how to recall it.
 
     The content gets its marker when something of it was removed; `response_metadata["lc_compaction"]` says what
     was cut (`original_chars` of text, `removed_blocks`, `cut_tool_calls` ids and `removed_argument_chars`).
@@ -201,10 +217,11 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
     if args_fraction is not None and tool_calls_of(message):
         update, cut_ids, removed_args = _cut_calls(message, args_fraction)
         content = update.get("content", content)
+    what = "result" if message.type == "tool" else "message"
     if isinstance(content, str):
         removed = max(len(content) - keep_chars, 0)
-        new_content: Any = content[:keep_chars] + (SHORTENED_MARKER.format(removed=removed)
-                                                   if removed or not cut_ids else "")
+        new_content: Any = content[:keep_chars] + (_marker(removed, (), recall, what)
+                                                   if removed or not cut_ids or recall is not None else "")
     else:
         out: list[Any] = []
         budget = keep_chars
@@ -226,16 +243,15 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
             budget = 0
         kept = keep_chars - budget
         removed = max(original - kept, 0)
-        if removed or removed_blocks or not cut_ids:
-            note = SHORTENED_MARKER.format(removed=removed).strip()
-            if removed_blocks:
-                note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
-            out.append({"type": "text", "text": note})
+        if removed or removed_blocks or not cut_ids or recall is not None:
+            out.append({"type": "text", "text": _marker(removed, removed_blocks, recall, what).strip()})
         new_content = out
     meta = dict(message.response_metadata or {})
     meta[MARK_KEY] = {"kind": "shortened", "original_chars": original, "removed_blocks": removed_blocks}
     if cut_ids:
         meta[MARK_KEY].update(cut_tool_calls=cut_ids, removed_argument_chars=removed_args)
+    if recall is not None:
+        meta[MARK_KEY]["offloaded"] = {}
     return message.model_copy(update={**update, "content": new_content, "response_metadata": meta})
 
 
@@ -255,7 +271,9 @@ def last_resort(state: LadderState, budget: int) -> None:
         return not isinstance(slots[i].message, SystemMessage) and slots[i].tokens > MIN_TOKENS_TO_CUT
 
     floor = state.fixed_tokens + sum(
-        counter.count_message(shorten(s.message, 0, drop_media=True, args_fraction=0.0)) if cuttable(i) else s.tokens
+        counter.count_message(shorten(s.message, 0, drop_media=True, args_fraction=0.0,
+                                      recall=state.recall_key(s.message)))
+        if cuttable(i) else s.tokens
         for i, s in enumerate(slots))
     if floor > budget:
         return
@@ -275,6 +293,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
     counter = state.counter
     message, tokens = state.slots[i].message, state.slots[i].tokens
+    recall = state.recall_key(message)
     length = text_length(message.content)
     best = None
     # text first, in proportion to the tokens to shed; then the media blocks one by one (oldest first), each
@@ -283,7 +302,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     for dropped in range(media + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=dropped)
+            candidate = shorten(message, keep, drop_media=dropped, recall=recall)
             if counter.count_message(candidate) <= want:
                 best = candidate
                 break
@@ -294,9 +313,10 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
             break
     if best is None and tool_calls_of(message):
         # nothing else fits: the tool-call arguments too, the text first cut to what the budget needs
-        best = _cut_arguments_to_fit(message, want, length, media, counter.count_message)
+        best = _cut_arguments_to_fit(message, want, length, media, counter.count_message, recall)
     if best is None:
-        best = shorten(message, 0, drop_media=True, args_fraction=0.0 if tool_calls_of(message) else None)
+        best = shorten(message, 0, drop_media=True, args_fraction=0.0 if tool_calls_of(message) else None,
+                       recall=recall)
     if counter.count_message(best) < tokens:
         mark = best.response_metadata[MARK_KEY]
         removed = mark["removed_blocks"]
@@ -308,28 +328,28 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
 
 
 def _cut_arguments_to_fit(message: BaseMessage, want: int, length: int, media: int,
-                          count: Callable[[BaseMessage], int]) -> BaseMessage | None:
+                          count: Callable[[BaseMessage], int], recall: str | None) -> BaseMessage | None:
     """The cut of `message` with its media removed and its tool-call arguments cut that costs at most `want`
     tokens, keeping as much of the text (then of the arguments) as it can; None when no cut is small enough."""
     args_len = max(arguments_length(message), 1)
-    bare = shorten(message, 0, drop_media=True, args_fraction=0.0)
+    bare = shorten(message, 0, drop_media=True, args_fraction=0.0, recall=recall)
     if count(bare) > want:
         return None
     # the text: all of it, else in proportion, with the arguments at their smallest
     keep = length
-    while count(shorten(message, keep, drop_media=media or False, args_fraction=0.0)) > want and keep:
+    while count(shorten(message, keep, drop_media=media or False, args_fraction=0.0, recall=recall)) > want and keep:
         keep = int(keep * 0.8)
     # then as much of the arguments as fits beside it (binary search on the fraction kept)
     lo, hi = 0.0, 1.0
     for _ in range(12):
         mid = (lo + hi) / 2
-        if count(shorten(message, keep, drop_media=media or False, args_fraction=mid)) <= want:
+        if count(shorten(message, keep, drop_media=media or False, args_fraction=mid, recall=recall)) <= want:
             lo = mid
         else:
             hi = mid
     if lo * args_len < 1:
         lo = 0.0
-    return shorten(message, keep, drop_media=media or False, args_fraction=lo)
+    return shorten(message, keep, drop_media=media or False, args_fraction=lo, recall=recall)
 
 
 __all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_ARGUMENT_CHARS_TO_CUT", "MIN_ITEMS_TO_CUT", "MIN_TOKENS_TO_CUT",

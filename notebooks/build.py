@@ -366,7 +366,10 @@ def context_over_time() -> Cells:
         - compare no compaction, each strategy alone (truncate tool results, drop old exchanges, summarize with the
           ledger) and the full ladder;
         - plot the input tokens of every model call against the window and the trigger, and the cumulative input
-          tokens sent (what is billed), all strategies on one figure (`lc_compaction.report.plot_comparison`);
+          tokens sent, all strategies on one figure (`lc_compaction.report.plot_comparison`);
+        - see what the provider bills when it caches the prompt prefix: the input bill of every call with and
+          without compaction, and which compactions made the next call pay its whole prefix again
+          (`lc_compaction.report.plot_bill`);
         - see which identifiers (reservation ids, flight numbers, amounts) are still in the context at the end.
 
         Runs offline in a few seconds: the summarizer writes its deterministic ledger (no model is called).
@@ -376,9 +379,10 @@ def context_over_time() -> Cells:
         import matplotlib.pyplot as plt
         import pandas as pd
 
-        from lc_compaction import (CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults,
+        from lc_compaction import (CompactionPolicy, DropOldExchanges, PromptCache, Summarize, TruncateToolResults,
                                    bundled_traces, is_summary, load_traces, replay_conversation)
-        from lc_compaction.report import calls_dataframe, identifiers_table, plot_comparison, summary_dataframe
+        from lc_compaction.report import (calls_dataframe, identifiers_table, plot_bill, plot_comparison,
+                                          summary_dataframe)
         """),
         md("""
         ## The conversation and the window
@@ -446,6 +450,53 @@ def context_over_time() -> Cells:
                  "peak_input_tokens", "over_window_calls", "invariant_violations"]]
         """),
         md("""
+        ## The bill
+
+        Tokens sent are not what is billed. Providers cache the prompt prefix a request shares with the previous
+        one and bill those tokens at a fraction of the input price: about 10% for Anthropic cache reads, OpenAI's
+        gpt-5 family and DeepSeek, 25% for Gemini 2.5, 50% for gpt-4o. Every replay bills each call under OpenAI's
+        rule (the longest prefix shared with the previous request, in 128-token steps from 1,024 tokens; cached
+        tokens at 0.1 of the price by default: `PromptCache`), with and without compaction. Without compaction the
+        history only grows, so each call pays full price only for what was added since the previous one. A
+        compaction rewrites an early message: from there on the next call pays everything again. The bill is in
+        units of uncached input tokens.
+        """),
+        code("""
+        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
+        plot_bill(replays, ax=left)
+        plot_bill(replays, ax=right, cumulative=True)
+        plt.show()
+        """),
+        md("""
+        `bill_ratio` is the bill with compaction over the bill without: below 1 the compaction pays for itself.
+        Compactions on the call right after another (`back_to_back_compactions`) break the prefix again before it
+        was reused.
+        """),
+        code("""
+        figures[["compactions", "back_to_back_compactions", "cached_tokens", "billed_input",
+                 "billed_input_uncompacted", "bill_ratio"]]
+        """),
+        md("""
+        Where the full ladder broke the cached prefix: `prefix_messages` is how many leading messages a call sent
+        exactly as the previous call did (2: the system prompt and the first request), `cached_tokens` what the
+        provider bills as cached. Most of these calls are billed more than the same call without compaction;
+        the calls after them, with a shorter history, are billed less.
+        """),
+        code("""
+        calls[calls.compacted][["call", "prefix_messages", "messages_sent", "cached_tokens", "billed_input",
+                                "billed_input_uncompacted"]]
+        """),
+        md("""
+        The price of a cached token decides what a compaction is worth. At gpt-4o's (half the input price) the same
+        replay saves far more than at 0.1: the dearer the cached prefix, the more the tokens compaction removes are
+        worth against the prefix it breaks.
+        """),
+        code("""
+        gpt4o = replay_conversation(trace, CompactionPolicy(max_input_tokens=WINDOW, strategies=ladders["full ladder"]),
+                                    cache=PromptCache(cached_price=0.5))
+        {"cached at 0.1": replays["full ladder"].summary()["bill_ratio"], "cached at 0.5": gpt4o.summary()["bill_ratio"]}
+        """),
+        md("""
         ## Identifiers kept
 
         Saving tokens is half the story: an agent that loses a reservation id must ask for it again, or worse,
@@ -461,6 +512,15 @@ def context_over_time() -> Cells:
                           "still in the context": int(table.kept.sum()),
                           "share kept": round(table.kept.mean(), 3)}
         pd.DataFrame.from_dict(kept, orient="index")
+        """),
+        md("""
+        The replay also looks them up at every call, whatever the strategy: `identifiers_so_far` counts, at each
+        call, the identifiers of the recording so far (found with patterns of its own, not the fact guard's), and
+        `identifiers_held` how many of them the sent history still holds; summed over the calls:
+        """),
+        code("""
+        figures[["identifiers_so_far", "identifiers_held", "identifiers_held_fraction",
+                 "tool_identifiers_held_fraction"]]
         """),
         md("""
         Dropping and truncating lose the identifiers of what they remove (a truncation note keeps only the first

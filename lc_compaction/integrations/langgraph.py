@@ -60,6 +60,7 @@ from langgraph.types import Command
 from typing_extensions import Required, TypedDict
 
 from lc_compaction.integrations.events import areport, report
+from lc_compaction.integrations.offload import offload_target
 from lc_compaction.integrations.plan import (
     CompactionPlan,
     Mode,
@@ -112,6 +113,10 @@ class CompactionNode(Runnable[dict, Any]):
         max_input_tokens, trigger, keep, target, reserve, strategies, token_counter, model_name, pin, repair:
             `CompactionPolicy` settings (same names and units; `trigger`, `keep` and `token_counter` are the
             names LangChain's `SummarizationMiddleware` uses).
+        offload, offload_above: offload what compaction takes out (`lc_compaction.offload`): a `BaseStore`, or
+            True for the graph's store (`builder.compile(store=...)`); the run's config must carry a
+            `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result` to the agent's tools so the
+            model can read it back.
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
         rewrite: `{messages_key: [RemoveMessage(id=...) of each removed message, changed and new messages by
@@ -133,12 +138,13 @@ class CompactionNode(Runnable[dict, Any]):
                  name: str = "compaction", max_input_tokens: int | None = None, trigger: Any = None,
                  keep: Any = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
-                 pin: Any = None, repair: bool | None = None) -> None:
+                 pin: Any = None, repair: bool | None = None, offload: Any = None,
+                 offload_above: int | None = None) -> None:
         self.mode: Mode = check_mode(mode)
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
-            repair=repair)
+            repair=repair, offload=offload, offload_above=offload_above)
         self.messages_key = messages_key
         self.output_key = output_key
         self.memory_key = memory_key
@@ -203,7 +209,8 @@ class CompactionNode(Runnable[dict, Any]):
         if not messages:
             return {}
         plan = plan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
-                               extra_tokens=self.extra_tokens, key=self.messages_key)
+                               extra_tokens=self.extra_tokens, key=self.messages_key,
+                               offload=offload_target(self.policy, config=config))
         report(plan.result, plan.event, config=config)
         return self._update(plan)
 
@@ -212,7 +219,8 @@ class CompactionNode(Runnable[dict, Any]):
         if not messages:
             return {}
         plan = await aplan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
-                                      extra_tokens=self.extra_tokens, key=self.messages_key)
+                                      extra_tokens=self.extra_tokens, key=self.messages_key,
+                                      offload=offload_target(self.policy, config=config))
         await areport(plan.result, plan.event, config=config)
         return self._update(plan)
 

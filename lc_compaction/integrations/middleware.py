@@ -63,6 +63,8 @@ from lc_compaction.integrations.plan import (
     resolve_policy,
     tokens_beside,
 )
+from lc_compaction.integrations.offload import OffloadTarget, offload_target
+from lc_compaction.integrations.recall import recall_tool
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import fill_missing_ids
 
@@ -93,6 +95,11 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             `("turns", N)`; `token_counter` also accepts "exact", "approximate", "messages" or a `TokenCounter`).
         max_input_tokens, target, reserve, strategies, model_name, pin, repair: the other `CompactionPolicy`
             settings (tokens for sizes).
+        offload: True to keep what compaction takes out in the agent's store (`create_agent(..., store=...)`;
+            the run needs a `thread_id`) and register the `recall_tool_result` tool (`self.tools`), or a
+            `BaseStore` to use instead of the agent's. See `lc_compaction.offload`.
+        offload_above: with offload, a tool result over this many tokens is offloaded on arrival (head and tail
+            preview plus the handle). Default `policy.DEFAULT_OFFLOAD_ABOVE`.
 
     Raises:
         ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
@@ -107,7 +114,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  mode: Mode = "rewrite", trigger: Any = None, keep: Any = None, token_counter: Any = None,
                  max_input_tokens: int | None = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
-                 repair: bool | None = None) -> None:
+                 repair: bool | None = None, offload: Any = None, offload_above: int | None = None) -> None:
         super().__init__()
         check_mode(mode)
         if isinstance(model, str):
@@ -117,12 +124,14 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self.mode: Mode = mode
         self._settings = dict(trigger=trigger, keep=keep, token_counter=token_counter, target=target,
                               reserve=reserve, strategies=strategies, model_name=model_name, pin=pin, repair=repair,
-                              max_input_tokens=max_input_tokens)
+                              max_input_tokens=max_input_tokens, offload=offload, offload_above=offload_above)
         self._policies: dict[int | None, CompactionPolicy] = {}
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
         if policy is not None or max_input_tokens is not None or model is not None:
             self.policy = resolve_policy(policy, model=model, **self._settings)
+        if (self.policy.offload if self.policy is not None else offload) not in (None, False):
+            self.tools = [recall_tool()]  # the agent's ToolNode injects the runtime (store, thread)
 
     def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
         """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
@@ -166,7 +175,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         policy = self.policy_for(request.model)
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
                                mode=self.mode, extra_tokens=self._extra_tokens(policy, request),
-                               held=request.state.get("messages"))
+                               held=request.state.get("messages"), offload=_target(policy, request))
         report(plan.result, plan.event)
         return self._respond(plan, handler(request.override(messages=_any_messages(plan.model_input))))
 
@@ -180,7 +189,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode,
                                       extra_tokens=self._extra_tokens(policy, request),
-                                      held=request.state.get("messages"))
+                                      held=request.state.get("messages"), offload=_target(policy, request))
         await areport(plan.result, plan.event)
         return self._respond(plan, await handler(request.override(messages=_any_messages(plan.model_input))))
 
@@ -189,3 +198,21 @@ def _any_messages(messages: list[BaseMessage]) -> list[AnyMessage]:
     """`messages` as `ModelRequest.override` annotates them (a union of langchain-core's message classes); the
     list is the request's own messages after compaction, so nothing is converted."""
     return cast("list[AnyMessage]", messages)
+
+
+def _target(policy: CompactionPolicy, request: ModelRequest) -> OffloadTarget | None:
+    """Where this call offloads (None when off): the agent's store and the run's thread (`offload_target`)."""
+    if policy.offload is None:
+        return None
+    runtime = request.runtime
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    config = None
+    if thread is None:
+        from langgraph.config import get_config
+
+        try:
+            config = get_config()
+        except RuntimeError:
+            config = None
+    return offload_target(policy, store=getattr(runtime, "store", None), config=config, thread_id=thread)

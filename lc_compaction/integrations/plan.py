@@ -7,8 +7,10 @@ translate the `CompactionPlan` into their framework's update; nothing here knows
 
 - `resolve_policy(policy, model=..., **settings)`: the `CompactionPolicy` a door uses (the window from the
   model's profile when not given: `model_window`).
-- `plan_compaction(messages, memory, policy, door=..., mode=...)`: one call's `CompactionPlan`: the model input,
-  the writes for the stored messages (rewrite mode, by id: `writes.py`), the new memory, and the event data.
+- `plan_compaction(messages, memory, policy, door=..., mode=..., offload=...)`: one call's `CompactionPlan`: the
+  model input, the writes for the stored messages (rewrite mode, by id: `writes.py`), the new memory, and the event
+  data; with `offload` (an `integrations.offload.OffloadTarget`), what compaction takes out is written to the store
+  before the plan is returned (`integrations.offload.compact_offloaded`).
 - `Mode`: "rewrite" or "view" (see `langgraph.py`'s module docstring for what each does to the state).
 
 The memory (plain JSON, under the door's memory key; `MEMORY_VERSION` says its layout): how many calls and
@@ -29,6 +31,7 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
+from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.integrations.writes import adopt_ids, by_id_writes
 from lc_compaction.policy import CompactionPolicy
@@ -283,7 +286,8 @@ def _with_messages(result: CompactionResult, messages: list[BaseMessage], counte
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                     mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
-                    held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
+                    held: Sequence[BaseMessage] | None = None,
+                    offload: OffloadTarget | None = None) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -300,6 +304,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
         held: the messages the state holds, when `messages` may differ from them (the agent middleware: another
             middleware may have changed the model request); the writes then remove and replace only messages
             the state holds (`writes.by_id_writes`). None: the state holds `messages`.
+        offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
+            `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
@@ -317,16 +323,20 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     call, compacting or not (reported as a repair; in rewrite mode written in place, by id).
     """
     planning = _Planning(messages, memory, mode, door, key)
-    result = compact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally,
-                     repair=policy.repairs_by_default(True))
+    todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None else
+              compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair))
     return planning.finish(result, policy, held)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                            mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
-                           held: Sequence[BaseMessage] | None = None) -> CompactionPlan:
+                           held: Sequence[BaseMessage] | None = None,
+                           offload: OffloadTarget | None = None) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
-    result = await acompact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally,
-                            repair=policy.repairs_by_default(True))
+    todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None
+              else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally,
+                                            repair=repair))
     return planning.finish(result, policy, held)
