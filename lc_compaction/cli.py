@@ -140,10 +140,18 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ replay
+def _finite(value: float, param: click.Parameter) -> float:
+    """`value` unless it is NaN (click's FloatRange lets NaN through: every comparison with it is False)."""
+    if value != value:
+        raise click.BadParameter(f"{value} is not a number between 0 and 1", param=param)
+    return value
+
+
 @main.command(short_help="Replay recorded conversations through compaction and report the figures.")
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_policy_options
 @click.option("--cached-price", type=click.FloatRange(0, 1), default=DEFAULT_CACHED_PRICE, show_default=True,
+              callback=lambda ctx, param, value: _finite(value, param),
               help="A cached input token's price over an uncached one, for the bill (OpenAI's prompt-cache rule: "
                    "the prefix shared with the previous request, in 128-token steps from 1,024 tokens).")
 @click.option("--json", "as_json", is_flag=True,

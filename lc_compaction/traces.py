@@ -340,9 +340,10 @@ def parse_record(record: Any, *, path: str = "<input>", line: int = 1) -> Trace:
 
 
 def _decode(data: bytes, path: str) -> str:
-    """`data` as UTF-8 text; otherwise TraceFormatError naming the line and the byte in that line (0-based)."""
+    """`data` as UTF-8 text (a leading byte-order mark, as Windows tools write, is dropped); otherwise
+    TraceFormatError naming the line and the byte in that line (0-based)."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         line = data.count(b"\n", 0, exc.start) + 1

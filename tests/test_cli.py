@@ -339,3 +339,17 @@ def test_compact_keeps_a_pretty_printed_trace_object_an_object(tmp_path: Path):
     given = convert_to_messages(record["messages"])
     check_all_structural(given, convert_to_messages(out["messages"]))
     assert len(out["messages"]) < len(record["messages"])
+
+
+def test_a_utf8_byte_order_mark_is_read_like_plain_utf8():
+    messages = [{"role": "user", "content": "hi"}]
+    plain = _cli("compact", "-", input=json.dumps(messages).encode("utf-8"))
+    marked = _cli("compact", "-", input=b"\xef\xbb\xbf" + json.dumps(messages).encode("utf-8"))
+    assert plain.returncode == 0 and marked.returncode == 0, marked.stderr.decode()
+    assert json.loads(marked.stdout) == json.loads(plain.stdout)
+
+
+def test_a_cached_price_that_is_not_a_number_is_a_usage_error():
+    proc = _cli("replay", "--cached-price", "nan", str(bundled_traces()[1]))
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr
+    assert b"--cached-price" in proc.stderr and b"nan" in proc.stderr
