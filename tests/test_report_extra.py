@@ -125,8 +125,12 @@ def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summari
     summary_rows = df[df["outcome"] == "summary"]
     assert len(summary_rows) == 1
     row = summary_rows.iloc[0]
-    assert row["index"] is pd_na() and row["tokens_before"] == 0 and row["role"] == "human"
-    assert result.messages[row["index_after"]].content.endswith(result.summary)
+    assert row["index"] is pd_na() and row["tokens_before"] == 0
+    message = result.messages[row["index_after"]]
+    assert message.content.endswith(result.summary)
+    # the row names the summary's role: the one its place called for (issue 12: an assistant turn between two
+    # requests, so that no two user turns meet)
+    assert row["role"] == message.type == result.details["summary_role"]
     # the rows around it follow the result's order: index_after increases down the table
     placed = df["index_after"].dropna().tolist()
     assert placed == sorted(placed) == list(range(len(result.messages)))

@@ -5,6 +5,9 @@ unit, so no answer is left without its question and no tool call without its res
 request is pinned: its answers may go, one step at a time, but the request stays. In an exchange whose
 request is protected (the first, the latest, or one holding a kept or pinned message), the removable
 steps go one at a time, oldest first. It stops as soon as the history is under the goal.
+
+The running request's steps are never removed: in the second pass, when the history is still over the limit
+(budget or trigger), its oldest steps are folded into its progress note instead (`progress.keep_progress`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lc_compaction.ladder import LadderState, SyncStrategy
+from lc_compaction.progress import keep_progress
 
 
 @dataclass
@@ -21,7 +25,8 @@ class DropOldExchanges(SyncStrategy):
     name: str = "drop_old_exchanges"
 
     def apply(self, state: LadderState) -> None:
-        """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal."""
+        """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal; then
+        fold the running request's oldest steps if the rule says so (`progress.keep_progress`)."""
         # Plan once over the current structure (O(n)), then remove in one batch.
         chosen: list[int] = []
         saved = 0
@@ -37,3 +42,4 @@ class DropOldExchanges(SyncStrategy):
                 units += 1
         if chosen:
             state.remove(chosen, strategy=self.name, detail=f"{units} exchange(s) or step(s), {len(chosen)} messages")
+        keep_progress(state, strategy=self.name)
