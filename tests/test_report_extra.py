@@ -138,9 +138,14 @@ def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summari
     summarized = {mid for a in result.actions if a.kind == "summarized" for mid in a.message_ids} & input_ids
     assert summarized and set(df.loc[df["outcome"] == "summarized", "index"].map(lambda i: before[i].id)) == summarized
     assert "removed" not in set(df["outcome"])
+    # the running request's steps are folded into its progress note, never summarized (issue 12)
+    folded = {mid for a in result.actions if a.kind == "folded" for mid in a.message_ids} & input_ids
+    assert set(df.loc[df["outcome"] == "folded", "index"].map(lambda i: before[i].id)) == folded
+    assert not folded & summarized
     # from the message list alone, a message that is gone can only be said to be removed
     plain = compaction_table(before, result.messages, policy.counter)
-    assert set(plain.loc[plain["outcome"] == "removed", "index"]) == set(df.loc[df["outcome"] == "summarized", "index"])
+    assert set(plain.loc[plain["outcome"] == "removed", "index"]) == set(
+        df.loc[df["outcome"].isin(["summarized", "folded"]), "index"])
 
 
 def test_untriggered_compaction_keeps_everything():
