@@ -18,6 +18,8 @@ and `Summarize` call `keep_progress` after their own work):
    when it starts with a thinking block (Anthropic), and pinned steps are never folded.
 4. The folded steps become ONE progress note that names every call, one line each:
    `- tool({"arg": ...}) -> 5,480 characters: "start of the result..."` (`call_line`). Nothing is removed silently.
+   When the summarizer folds, its fact guard adds the identifiers of what it folds (`| facts: ...`), as it does
+   to a summary.
 
 Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
 (the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
@@ -48,13 +50,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
 from lc_compaction._kinds import AI, TOOL, kind
-from lc_compaction.markers import MARK_KEY, PROGRESS_PREFIX, TRUNCATION_PREFIX, is_progress_text
+from lc_compaction.markers import MARK_KEY, PROGRESS_PREFIX, SHORTENED_MARKER, TRUNCATION_PREFIX, is_progress_text
 from lc_compaction.structure import Step, split_exchanges
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
+    from lc_compaction.strategies.facts import FactGuard
 
-__all__ = ["ARGS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
+__all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
            "running_steps", "with_note", "without_note"]
 
 PREVIEW_CHARS = 100
@@ -65,17 +68,14 @@ ARGS_CHARS = 300
 """Characters of a call's arguments (JSON) shown in its line; longer arguments are cut there, and the line says
 their full size (a `write_file` content, say)."""
 
-_GUARDS: list[Any] = []
+FACTS_CHARS = 300
+"""Characters of identifiers a line lists at most (`call_line`, only when the summarizer folds with its fact guard):
+the longest list the 40 tau-bench airline conversations of the shared traces needed, replayed at 8,000 tokens
+with the summarizer alone, was 144 characters; the bound keeps an identifier-dense result (a table of codes) from
+making the note as large as the result."""
 
-
-def _guard() -> Any:
-    """The fact guard whose default patterns say which identifiers a line keeps (`call_line`); made on first use
-    (strategies/facts.py is imported late: the strategies package imports the ladder, which imports this)."""
-    if not _GUARDS:
-        from lc_compaction.strategies.facts import FactGuard
-
-        _GUARDS.append(FactGuard())
-    return _GUARDS[0]
+_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
+"""Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
 
 _TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (\".*\")\]\s*$", re.S)
 
@@ -97,7 +97,8 @@ def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> lis
 
 def _result_facts(result: BaseMessage) -> tuple[int, str]:
     """(size in characters, start of the text) of a tool result as it was before any cut: a truncation note (ours,
-    marked or recognized by its text) gives the original size and start it recorded."""
+    marked or recognized by its text) gives the original size and start it recorded; a result cut in place by the
+    last resort gives its original size and what is left of its text."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
@@ -108,22 +109,24 @@ def _result_facts(result: BaseMessage) -> tuple[int, str]:
                 return int(found.group(1).replace(",", "")), json.loads(found.group(2))
             except ValueError:
                 pass
+    cut = text.rfind(_CUT_LEAD)
+    if cut >= 0:
+        text = text[:cut].rstrip()
     return (size if isinstance(size, int) else len(text)), text
 
 
-def call_line(call: dict[str, Any], result: BaseMessage | None, *, said: str = "",
+def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str = "") -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: "start of the result" | facts: A; B`.
+    `- name(arguments as JSON) -> N characters[, error]: "start of the result"[ | facts: A; B]`.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
-    the ToolMessage that answered it (None: "no result"). The facts are the identifiers (`facts.FactGuard`: ids,
-    codes, numbers, dates, amounts, e-mails, URLs, paths) of the arguments, the result and `said` (the text of the
-    assistant message that made the call) that neither the line nor `known` (the note's earlier lines) holds: the
-    one number that mattered is not lost with the rest of the result."""
+    the ToolMessage that answered it (None: "no result"). With a `guard` (the summarizer's fact guard, when the
+    summarizer folds), the line also lists the identifiers (ids, codes, numbers, dates, amounts, e-mails, URLs,
+    paths) of the arguments, the result and `said` (the text of the assistant message that made the call) that
+    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them."""
     args = call.get("args")
-    args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
-    text = " ".join(args_text.split())
+    text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     if len(text) > ARGS_CHARS:
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     line = f"- {call.get('name') or '?'}({text})"
@@ -132,16 +135,25 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, said: str = "
         line += " -> no result"
     else:
         size, start = _result_facts(result)
-        full = content_text(result.content)
+        full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
         error = ", error" if getattr(result, "status", None) == "error" else ""
         line += f" -> {size:,} characters{error}: {json.dumps(preview + more, ensure_ascii=False)}"
+    if guard is None:
+        return line
     from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
 
     seen = f"{known}\n{line}"
-    facts = [i.value for i in _guard().extract(f"{said}\n{args_text}\n{full}") if not contains(seen, i)]
-    return line + (f" | facts: {FACTS_SEPARATOR.join(facts)}" if facts else "")
+    args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
+    facts = [i.value for i in guard.extract(f"{said}\n{args_text}\n{full}") if not contains(seen, i)]
+    shown: list[str] = []
+    for value in facts:
+        if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
+            break
+        shown.append(value)
+    more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
+    return line + (f" | facts: {FACTS_SEPARATOR.join(shown)}{more}" if facts else "")
 
 
 def _note_text(content: Any) -> str | None:
@@ -218,7 +230,8 @@ class _Folds:
     """The folds of the first k of `chosen` (assistant steps of the exchange `[start, end)`, oldest first), for
     each k: the note's lines are a prefix of one list (a line never depends on a later one), built once."""
 
-    def __init__(self, state: LadderState, chosen: Sequence[Step], start: int, end: int):
+    def __init__(self, state: LadderState, chosen: Sequence[Step], start: int, end: int,
+                 guard: FactGuard | None = None):
         self.state = state
         self.chosen = list(chosen)
         self.msgs = state.messages
@@ -242,12 +255,12 @@ class _Folds:
                 add_note(j)
                 m = msgs[j]
                 if kind(m) == AI:
-                    said = content_text(m.content) if not is_progress_text(m.content) else ""
+                    said = content_text(without_note(m).content)  # type: ignore[arg-type]
                     for call in [*m.tool_calls, *getattr(m, "invalid_tool_calls", ())]:  # type: ignore[attr-defined]
                         result = next((msgs[r] for r in range(j + 1, step.end) if kind(msgs[r]) == TOOL
                                        and msgs[r].tool_call_id == call.get("id")), None)  # type: ignore[attr-defined]
-                        self.lines.append(call_line(call, result, said=said,  # type: ignore[arg-type]
-                                                    known="\n".join(self.lines)))
+                        self.lines.append(call_line(call, result, guard=guard,  # type: ignore[arg-type]
+                                                    said=said, known="\n".join(self.lines) if guard else ""))
                         said = ""
                         calls += 1
             i = step.end
@@ -276,12 +289,13 @@ class _Folds:
         return _Fold(folded, replaced, tokens, saved, self.calls[k - 1])
 
 
-def fold_steps(state: LadderState, chosen: Sequence[Step], *, strategy: str) -> bool:
+def fold_steps(state: LadderState, chosen: Sequence[Step], *, strategy: str, guard: FactGuard | None = None) -> bool:
     """Fold `chosen` (whole assistant steps of one exchange, oldest first) into the progress note (see the module
-    docstring). Returns whether it was done (False when no assistant message follows them in their exchange)."""
+    docstring; `guard`: see `call_line`). Returns whether it was done (False when no assistant message follows them
+    in their exchange)."""
     if not chosen:
         return False
-    plan = _Folds(state, chosen, *_exchange_bounds(state, chosen[0])).plan(len(chosen))
+    plan = _Folds(state, chosen, *_exchange_bounds(state, chosen[0]), guard).plan(len(chosen))
     if plan is None:
         return False
     _commit(state, plan, strategy)
@@ -301,17 +315,17 @@ def _commit(state: LadderState, plan: _Fold, strategy: str) -> None:
                detail=f"{len(plan.removed)} messages folded into the progress note ({plan.calls} call(s) named)")
 
 
-def keep_progress(state: LadderState, *, strategy: str) -> None:
+def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None = None) -> None:
     """Fold the oldest steps of the running request's loop into its progress note when, and only as far as, the
     rule of the module docstring says: only in the second pass, only while over the limit. `strategy` names who
-    folds (the action's strategy)."""
+    folds (the action's strategy); `guard`: the summarizer's fact guard (see `call_line`)."""
     if state.pass_name == "soft" or not state.over_limit():
         return
     loop = running_steps(state.messages, state.steps())
     candidates = [s for s in loop if not any(state.is_protected(i) for i in s.indices)]
     if not candidates:
         return
-    folds = _Folds(state, candidates, *_exchange_bounds(state, loop[0]))
+    folds = _Folds(state, candidates, *_exchange_bounds(state, loop[0]), guard)
     over_budget = state.over_budget()
     fits_budget: _Fold | None = None
     widest: _Fold | None = None

@@ -19,6 +19,7 @@ from lc_compaction._content import MEDIA_BLOCKS  # re-exported: part of this mod
 from lc_compaction._content import block_text, block_type, is_media, with_block_text
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
+from lc_compaction.progress import note_lines
 from lc_compaction.structure import is_request
 
 MIN_TOKENS_TO_CUT = 50
@@ -86,8 +87,8 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
 def last_resort(state: LadderState, budget: int) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
-    Order: messages not pinned first, then pinned ones, the latest request last; the largest first in each
-    group; the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. Each is cut to what the
+    Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
+    (`progress.py`: it names the calls already made), the latest request last; the largest first in each group; the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
     candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
     reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
@@ -105,12 +106,13 @@ def last_resort(state: LadderState, budget: int) -> None:
         return
     requests = [i for i, s in enumerate(slots) if is_request(s.message)]
     latest = requests[-1] if requests else -1
+    noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
     tried: set[int] = set()
     while state.total() > budget:
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
             return
-        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned, -slots[k].tokens))
+        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned or k in noted, -slots[k].tokens))
         tried.add(i)
         _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - budget), 1))
 

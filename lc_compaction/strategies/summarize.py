@@ -245,7 +245,7 @@ class Summarize:
         running request's progress note if the history is still over the limit (`progress.keep_progress`: the
         loop's steps are never summarized)."""
         if (yield from self._summary_pass(state)):
-            keep_progress(state, strategy=self.name)
+            keep_progress(state, strategy=self.name, guard=self._fold_guard())
 
     def _summary_pass(self, state: LadderState) -> Generator[SummaryRequest, str, bool]:
         """Plan, yield each model call (`summary_prompts`) and receive its text, then commit the summary (the
@@ -287,7 +287,11 @@ class Summarize:
             inside = {at[i] for i in ids if i in at}
             steps = [st for st in state.steps() if st.start in inside]
             if len(inside) == len(ids) and sum(len(st.indices) for st in steps) == len(inside):
-                fold_steps(state, steps, strategy=self.name)
+                fold_steps(state, steps, strategy=self.name, guard=self._fold_guard())
+
+    def _fold_guard(self) -> FactGuard | None:
+        """The fact guard the progress note's lines use when this strategy folds (None when the guard is off)."""
+        return None if self.fact_guard is False else self._guard
 
     def _skips(self, state: LadderState) -> bool:
         """After a failure: leave the history as it is (True) or write the ledger (False)."""
