@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from lc_compaction.strategies.facts import FactGuard
 
 __all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
-           "running_steps", "with_note", "without_note"]
+           "running_steps", "terse_note", "with_note", "without_note"]
 
 PREVIEW_CHARS = 100
 """Characters of a result's start shown in its line of the note (whitespace collapsed): enough to recognize a
@@ -210,6 +210,16 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
     kwargs = dict(message.additional_kwargs or {})
     kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "progress_note": len(lines)}
     return message.model_copy(update={"content": new, "additional_kwargs": kwargs})
+
+
+def terse_note(message: AIMessage) -> AIMessage:
+    """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
+    size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
+    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual."""
+    lines = note_lines(message)
+    if not lines:
+        return message
+    return with_note(message, [line.split(" -> ", 1)[0] if line.startswith("- ") else line for line in lines])
 
 
 # ------------------------------------------------------------------------------------------------ folding

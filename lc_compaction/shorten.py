@@ -19,7 +19,7 @@ from lc_compaction._content import MEDIA_BLOCKS  # re-exported: part of this mod
 from lc_compaction._content import block_text, block_type, is_media, with_block_text
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
-from lc_compaction.progress import note_lines
+from lc_compaction.progress import note_lines, terse_note
 from lc_compaction.structure import is_request
 
 MIN_TOKENS_TO_CUT = 50
@@ -88,7 +88,10 @@ def last_resort(state: LadderState, budget: int) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
     Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
-    (`progress.py`: it names the calls already made), the latest request last; the largest first in each group; the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. Each is cut to what the
+    (`progress.py`: it names the calls already made), the latest request last; the largest first in each group;
+    the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
+    terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
+    enough, cut like any message. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
     candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
     reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
@@ -114,7 +117,20 @@ def last_resort(state: LadderState, budget: int) -> None:
             return
         i = min(candidates, key=lambda k: (k == latest, slots[k].pinned or k in noted, -slots[k].tokens))
         tried.add(i)
+        if i in noted and _terse(state, i) and state.total() <= budget:
+            return
         _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - budget), 1))
+
+
+def _terse(state: LadderState, i: int) -> bool:
+    """Replace message `i`'s progress note by its terse form when that is smaller; whether it was."""
+    new = terse_note(state.slots[i].message)  # type: ignore[arg-type]
+    tokens = state.counter.count_message(new)
+    if tokens >= state.slots[i].tokens:
+        return False
+    state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
+                  detail="progress note made terse: each call named, without its result's size and start")
+    return True
 
 
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:

@@ -887,6 +887,40 @@ ALL_STRUCTURAL: list[str] = [
 ]
 """Checks that must hold for every compaction output (with the conditions of CONDITIONAL_STRUCTURAL)."""
 
+# --------------------------------------------------------------------------------------------------------------
+# the running request's calls (issue 12)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def running_calls(history: Sequence[BaseMessage]) -> list[dict]:
+    """The tool calls of the running request of `history` (in order): when the history ends with tool results
+    (the model is about to be called with them), every tool call made after its latest user request (a
+    HumanMessage that is not a summary: marks or the summary prefix); else none."""
+    if not history or not is_tool(history[-1]):
+        return []
+    request = max((i for i, m in enumerate(history) if is_human(m) and not default_is_summary(m)
+                   and not text_of(m.content).lstrip().startswith(SUMMARY_PREFIXES)), default=-1)
+    return [c for m in history[request + 1:] if is_ai(m) for c in (m.tool_calls or [])]
+
+
+def _named(text: str, call: dict) -> bool:
+    """Whether `text` names `call` as a progress note line does: `name({json arguments...` (the arguments as JSON,
+    the first 60 characters; a note cuts long arguments)."""
+    args = json.dumps(call.get("args") or {}, ensure_ascii=False)
+    return f"{call.get('name')}({args[:60]}" in text
+
+
+def missing_running_calls(history: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:
+    """The tool calls of the running request of `history` (the uncompacted history before a model call) that
+    `sent` (what the model received) neither holds (an AIMessage with a tool call of the same id and name) nor
+    names in the text of an assistant message (a progress note); each as "name(args) id"."""
+    held = {(c.get("id"), c.get("name")) for m in sent if is_ai(m) for c in (m.tool_calls or [])}
+    texts = "\n".join(text_of(m.content) for m in sent if is_ai(m))
+    return [f"{c.get('name')}({json.dumps(c.get('args'), ensure_ascii=False)[:80]}) {c.get('id')}"
+            for c in running_calls(history)
+            if (c.get("id"), c.get("name")) not in held and not _named(texts, c)]
+
+
 CONDITIONAL_STRUCTURAL = frozenset(
     {
         "first_non_system_is_human",
@@ -940,8 +974,10 @@ __all__ = [
     "counter_for",
     "default_is_summary",
     "messages_counter",
+    "missing_running_calls",
     "model_view",
     "run_checks",
+    "running_calls",
     "same_message",
     "text_of",
     *CHECKS,
