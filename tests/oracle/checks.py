@@ -921,6 +921,20 @@ def missing_running_calls(history: Sequence[BaseMessage], sent: Sequence[BaseMes
             if (c.get("id"), c.get("name")) not in held and not _named(texts, c)]
 
 
+def new_adjacent_user_turns(input: Sequence[BaseMessage], output: Sequence[BaseMessage]) -> list[str]:
+    """Pairs of user turns (HumanMessages, summaries included) side by side in `output` that were not side by side
+    in `input` (compared by id; a message new in the output was side by side with nothing). Providers and chat
+    templates that require alternating roles reject them."""
+    pos = {m.id: i for i, m in enumerate(input) if m.id}
+    out = []
+    for a, b in zip(output, output[1:]):
+        if is_human(a) and is_human(b):
+            ia, ib = pos.get(a.id), pos.get(b.id)
+            if ia is None or ib is None or ib != ia + 1:
+                out.append(f"{a.id} then {b.id}")
+    return out
+
+
 CONDITIONAL_STRUCTURAL = frozenset(
     {
         "first_non_system_is_human",
@@ -975,6 +989,7 @@ __all__ = [
     "default_is_summary",
     "messages_counter",
     "missing_running_calls",
+    "new_adjacent_user_turns",
     "model_view",
     "run_checks",
     "running_calls",
