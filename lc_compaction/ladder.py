@@ -123,7 +123,7 @@ class LadderState:
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
         self._total = fixed_tokens + sum(s.tokens for s in slots)
-        # The structure (message types, tool-call ids, order) changes only through remove / put_summary;
+        # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
         self._checked_shape = 0  # the ladder validates its input before the first strategy

@@ -172,7 +172,8 @@ def test_drop_alone_and_the_summarizer_fold_and_never_remove_the_loop():
                 assert a.kind not in ("removed", "summarized") or not set(a.message_ids) & loop_ids, a
             folded = folded or any(a.kind == "folded" for a in result.actions)
         assert folded, strategies
-        if len(strategies) == 1 and isinstance(strategies[0], Summarize):  # (with truncation first, the identifiers went with the truncated text)
+        # (with truncation first, the identifiers went with the truncated text)
+        if len(strategies) == 1 and isinstance(strategies[0], Summarize):
             # the summarizer's fact guard: the identifiers of what it folded stay in the note
             assert "| facts: ORD-1000" in "\n".join(notes(result.messages)[0])
 

@@ -10,9 +10,10 @@ recursion limit (`GraphRecursionError`), which is what happened before the fix.
 
 For each front door (`create_agent` + `CompactionMiddleware` in rewrite and view mode, `create_react_agent` with
 `compaction_hook` as pre_model_hook in rewrite and view mode), a sparse sample of (N <= 6, K <= 3, window from
-2,000 to 16,000 tokens): the run finishes within LangGraph's default recursion limit (25 steps; `create_agent` itself allows 9,999) with the model's final answer; every
-request the model received passes `structure.check_invariants` and the oracle's structural checks; the model made
-exactly N * K calls (no call repeated). Kept small: the suite runs on 2 cores.
+2,000 to 16,000 tokens): the run finishes within LangGraph's default recursion limit (25 steps; `create_agent`
+itself allows 9,999) with the model's final answer; every request the model received passes
+`structure.check_invariants` and the oracle's structural checks; the model made exactly N * K calls (no call
+repeated). Kept small: the suite runs on 2 cores.
 """
 
 from __future__ import annotations
