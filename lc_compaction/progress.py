@@ -302,11 +302,11 @@ class _Folds:
 def fold_steps(state: LadderState, chosen: Sequence[Step], *, strategy: str, guard: FactGuard | None = None) -> bool:
     """Fold `chosen` (whole assistant steps of one exchange, oldest first) into the progress note (see the module
     docstring; `guard`: see `call_line`). Returns whether it was done (False when no assistant message follows them
-    in their exchange)."""
+    in their exchange, or when the note would cost more tokens than the steps it names)."""
     if not chosen:
         return False
     plan = _Folds(state, chosen, *_exchange_bounds(state, chosen[0]), guard).plan(len(chosen))
-    if plan is None:
+    if plan is None or plan.saved <= 0:  # a note larger than the steps it names: keep the steps
         return False
     _commit(state, plan, strategy)
     return True
@@ -347,9 +347,12 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
         if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
             _commit(state, plan, strategy)
             return
+        if plan.saved <= 0:
+            continue
         if fits_budget is None and not state.over_budget(tokens):
             fits_budget = plan
-        widest = plan
+        if widest is None or plan.saved > widest.saved:
+            widest = plan
     chosen = fits_budget or widest
     if over_budget and chosen is not None:
         _commit(state, chosen, strategy)
