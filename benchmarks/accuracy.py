@@ -13,12 +13,13 @@ conventions are reported:
 - **"name + args (recorded)"**: each call costs its name + its ``arguments`` string as recorded + 3 tokens, the
   rule ``hmarr/openai-chat-tokens`` fitted against the API's ``prompt_tokens`` (lc-compaction's exact counter
   follows it, see ``lc_compaction.tokens.TOOL_CALL_OVERHEAD_TOKENS``); ids are not counted.
-- **"name + args (as ChatOpenAI sends)"** (the target's reference): the same, with the arguments as LangChain's ``ChatOpenAI`` puts them on
-  the wire: ``json.dumps(args, ensure_ascii=False)`` of the parsed arguments (``langchain_openai.chat_models.base.
-  _lc_tool_call_to_openai_tool_call``), i.e. what a LangChain agent is billed for. It differs from the recorded
-  string when the model emitted compact JSON (tau-bench's gpt-4o did: ``{"user_id":"..."}``). It is the target's
-  reference because it is what a LangChain agent sends, and the one fitted against the API's billing; the JSON
-  convention also counts tool-call ids and ``"type"`` fields that are not rendered to the model as text.
+- **"name + args (as ChatOpenAI sends)"** (the target's reference): the same, with the arguments as LangChain's
+  ``ChatOpenAI`` puts them on the wire: ``json.dumps(args, ensure_ascii=False)`` of the parsed arguments
+  (``langchain_openai.chat_models.base._lc_tool_call_to_openai_tool_call``), i.e. what a LangChain agent is billed
+  for. It differs from the recorded string when the model emitted compact JSON (tau-bench's gpt-4o did:
+  ``{"user_id":"..."}``). It is the target's reference because it is what a LangChain agent sends, and the one
+  fitted against the API's billing; the JSON convention also counts tool-call ids and ``"type"`` fields that are not
+  rendered to the model as text.
 
 ``tool_call_id`` is counted in none (the cookbook's loop would count every string field, but the id is not
 rendered to the model as text).

@@ -1,4 +1,4 @@
-"""The targets of issue 7, judged on the measured results, and the Markdown of ``benchmarks/RESULTS.md``.
+"""The targets of issues 7 and 13, judged on the measured results, and the Markdown of ``benchmarks/RESULTS.md``.
 
 ``results`` is the plain-JSON dict ``run.run_benchmark`` returns. Times are milliseconds per call (medians),
 memory is KiB (peak Python allocation during one call), sizes are messages, errors are fractions of the
@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from benchmarks.bill import CLEAR, OURS, ROWS, STUB_SUMMARY_CHARS
 from benchmarks.cells import HEADLINE, RELOADED
 
-__all__ = ["HEADLINE", "render", "summary", "targets"]
+__all__ = ["HEADLINE", "bill_targets", "render", "render_bill", "summary", "targets"]
 
 SUMMARIZATION = "SummarizationMiddleware.before_model"
 FIRING_CORE = "compact(), exact, tally from the previous call"
@@ -21,6 +22,14 @@ SPEEDUP_TARGET = 10.0
 GROWTH_TARGET = 2.0
 FIRING_TARGET_MS = 20.0
 ACCURACY_TARGET = 0.01
+BILL_TARGETS = {8_000: 0.70, 16_000: 0.80, 32_000: 0.90, 64_000: 1.00}
+"""Issue 13: the default policy's bill relative to no compaction, at most this at each window (tokens)."""
+BACK_TO_BACK_TARGET = 0.10
+"""Issue 13: at most this share of compactions on the call right after another."""
+ANCHOR_BILL_TARGET = 0.75
+"""Issue 13: the default policy's bill at most this times ContextEditingMiddleware's, at every window."""
+IDENTIFIER_TARGET = 0.99
+"""Issue 13: at least this share of (call, identifier) pairs kept by the default policy (tau-bench)."""
 
 
 def _ms(x: float) -> str:
@@ -62,7 +71,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
 
     def add(target: str, measured: str, ok: bool | None) -> None:
-        out.append({"target": target, "measured": measured, "status": "n/a" if ok is None else "met" if ok else "MISSED"})
+        status = "n/a" if ok is None else "met" if ok else "MISSED"
+        out.append({"target": target, "measured": measured, "status": status})
 
     ours, anchor = _cell(results, "steady", HEADLINE, TARGET_SIZE), _cell(results, "steady", SUMMARIZATION, TARGET_SIZE)
     paired = _cell(results, "steady", SUMMARIZATION, TARGET_SIZE, "ratio_to_ours")
@@ -99,6 +109,106 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
             f"{first['within_1pct']}/{first['conversations']} conversations; median {_pct(first['median'])}, "
             f"worst {_pct(first['worst'])}", first["within_1pct"] == first["conversations"])
     return out
+
+
+def bill_targets(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The goals of issue 13 on the bill and identifier tables, as ``{"target", "measured", "status"}`` (status
+    "met" or "MISSED"; a window not run gives no row)."""
+    out: list[dict[str, str]] = []
+
+    def add(target: str, measured: str, ok: bool) -> None:
+        out.append({"target": target, "measured": measured, "status": "met" if ok else "MISSED"})
+
+    windows = results.get("bill", {}).get("windows", {})
+    for window, rows in windows.items():
+        ours, clear = rows[OURS], rows[CLEAR]
+        ratio, goal = ours["bill_ratio"], BILL_TARGETS.get(int(window))
+        if goal is not None and ratio is not None:
+            add(f"bill relative to no compaction at {int(window):,} tokens <= {goal:.2f}", f"{ratio:.3f}",
+                ratio <= goal)
+        if ratio is not None and clear["bill_ratio"]:
+            rel = ratio / clear["bill_ratio"]
+            add(f"bill <= {ANCHOR_BILL_TARGET:.2f}x ContextEditingMiddleware's at {int(window):,} tokens",
+                f"{rel:.2f}x ({ratio:.3f} vs {clear['bill_ratio']:.3f})", rel <= ANCHOR_BILL_TARGET)
+        n, b2b = ours["compactions"], ours["back_to_back_compactions"]
+        add(f"at most {BACK_TO_BACK_TARGET:.0%} of compactions back-to-back at {int(window):,} tokens",
+            f"{b2b} of {n}" + (f" ({b2b / n:.0%})" if n else ""), b2b <= BACK_TO_BACK_TARGET * n)
+        add(f"no bill raised on a conversation that fits without compaction at {int(window):,} tokens",
+            f"{ours['fitting_conversations_bill_raised']} of {ours['fitting_conversations']}",
+            ours["fitting_conversations_bill_raised"] == 0)
+    for window, rows in results.get("identifiers", {}).get("windows", {}).items():
+        row = next(iter(rows.values()))  # the default policy
+        frac = row["identifiers_held_fraction"]
+        if frac is not None:
+            add(f"identifiers kept at {int(window):,} tokens (tau-bench) >= {IDENTIFIER_TARGET:.0%}",
+                f"{frac:.1%} ({row['identifiers_held']:,} of {row['identifiers_so_far']:,} pairs)",
+                frac >= IDENTIFIER_TARGET)
+    return out
+
+
+def _bill_section(results: dict[str, Any]) -> list[str]:
+    bill = results.get("bill")
+    ids = results.get("identifiers")
+    if not bill and not ids:
+        return []
+    lines = ["## The bill under the provider's prompt cache (issue 13)", ""]
+    if bill:
+        cache = bill["cache_model"]
+        lines += [f"The shared conversations ({bill['conversations']}) replayed as the agent loop runs them, each "
+                  "model call's input billed under the "
+                  f"{cache['rule']} (`lc_compaction.billing`), and compared with the same conversation sent whole "
+                  "at every call. **Bill** is the summed input bill over the summed bill without compaction (below "
+                  "1: compaction pays; above: it breaks the cached prefix more than it saves). Compactions: calls "
+                  "that changed the history; back-to-back: compactions on the call right after another; prefix "
+                  "breaks: calls whose sent history does not start with the whole previous request. The anchors "
+                  "(see `benchmarks/bill.py`): ContextEditingMiddleware with `ClearToolUsesEdit(trigger=0.8 * "
+                  "window)` re-applied to the whole history at every call, and SummarizationMiddleware with "
+                  "`trigger=(\"tokens\", 0.8 * window)`, `keep=(\"tokens\", 0.5 * window)` and a stub summarizer "
+                  f"(the first {STUB_SUMMARY_CHARS:,} characters of the summarized transcript, about 400 tokens).",
+                  ""]
+        rows = []
+        for window, by_row in bill["windows"].items():
+            for name in ROWS:
+                f = by_row[name]
+                label = f"**{name}**" if name == OURS else name
+                rows.append([f"{int(window):,}", label, f"{f['bill_ratio']:.3f}" if f["bill_ratio"] is not None
+                             else "n/a", f"{f['compactions']:,}", f"{f['back_to_back_compactions']:,}",
+                             f"{f['prefix_breaks']:,}", f"{100 * f['tokens_saved_fraction']:.1f}%",
+                             f"{f['over_window_calls']:,}",
+                             f"{f['fitting_conversations_bill_raised']} of {f['fitting_conversations']}"])
+        lines += _table(["window", "", "bill (vs none)", "compactions", "back-to-back", "prefix breaks",
+                         "tokens saved", "calls over the window", "bill raised on conversations that fit"], rows)
+    if ids:
+        lines += [f"Identifiers (`lc_compaction.recall`: reservation ids, flight numbers, codes, amounts, e-mails, "
+                  "user and payment ids, long numbers; its own patterns, not the fact guard's): at every model call "
+                  f"of the {ids['conversations']} tau-bench conversations, the distinct identifiers of the recording "
+                  "so far and how many the sent history still holds; (call, identifier) pairs, and those seen only "
+                  "in tool results.", ""]
+        rows = []
+        for window, by_row in ids["windows"].items():
+            for name, f in by_row.items():
+                frac, tool = f["identifiers_held_fraction"], f["tool_identifiers_held_fraction"]
+                rows.append([f"{int(window):,}", name, f"{f['compactions']:,}",
+                             f"{100 * frac:.1f}%" if frac is not None else "n/a",
+                             f"{f['identifiers_held']:,} / {f['identifiers_so_far']:,}",
+                             f"{100 * tool:.1f}%" if tool is not None else "n/a"])
+        lines += _table(["window", "", "compactions", "identifiers kept", "pairs kept / all",
+                         "of those only in tool results"], rows)
+    goals = bill_targets(results)
+    if goals:
+        lines += ["Goals of issue 13 for the default policy:", "",
+                  *_table(["target", "measured", "status"], [[t["target"], t["measured"], t["status"]] for t in goals])]
+    return lines
+
+
+def render_bill(results: dict[str, Any], *, command: str) -> str:
+    """The Markdown of the bill and identifier tables alone (``results``: ``run.bill_tables``'s dict)."""
+    return "\n".join([
+        "# The bill under the provider's prompt cache, side by side with LangChain", "",
+        f"Generated by `{command}`. Do not edit by hand: run the command again. These figures are counts of tokens "
+        "over recorded conversations, the same on every machine; a full run (`python benchmarks/run.py`) writes the "
+        "same tables into `benchmarks/RESULTS.md`, beside the timings.", "",
+        *_bill_section(results)[2:]])
 
 
 def _time_table(results: dict[str, Any], table: dict[str, Any], sizes: list[int], key: str,
@@ -151,7 +261,8 @@ def render(results: dict[str, Any], *, command: str) -> str:
         f"Generated by `{command}` on {meta['date']} in {meta['elapsed_s']:.0f} s. Do not edit by hand: run the "
         "command again (see the README, section Benchmarks).",
         "",
-        "Times are milliseconds per call, the median of the timed samples (after warm-ups); **bold rows are lc-compaction**, the others LangChain's anchors on the same histories in "
+        "Times are milliseconds per call, the median of the timed samples (after warm-ups); "
+        "**bold rows are lc-compaction**, the others LangChain's anchors on the same histories in "
         "the same process. Nothing here is asserted by tests; the targets below are measured.",
         "",
         "## Machine",
@@ -170,7 +281,8 @@ def render(results: dict[str, Any], *, command: str) -> str:
         ]),
         "## Targets (issue 7)",
         "",
-        *_table(["target", "measured", "status"], [[t["target"], t["measured"], t["status"]] for t in results["targets"]]),
+        *_table(["target", "measured", "status"],
+                [[t["target"], t["measured"], t["status"]] for t in results["targets"]]),
         "## Histories",
         "",
         f"The {meta['conversations']} shared conversations (`{meta['traces']}`) joined round-robin across files "
@@ -221,9 +333,11 @@ def render(results: dict[str, Any], *, command: str) -> str:
               "`trim_messages` trims to 60% of the window, `ClearToolUsesEdit` triggers at 80% (their windows "
               "scaled by their own counter).", ""]
     for fill, table in results["firing"].items():
-        lines += [f"### fill {fill}", "", "Median ms per call:", "", *_time_table(results, table, sizes, "median_ms", _ms)]
+        lines += [f"### fill {fill}", "", "Median ms per call:", "",
+                  *_time_table(results, table, sizes, "median_ms", _ms)]
         if has_memory:
             lines += ["Peak KiB during one call:", "", *_time_table(results, table, sizes, "peak_kib", _kib)]
+    lines += _bill_section(results)
     acc = results.get("accuracy")
     if acc:
         facts = acc["facts"]
@@ -233,7 +347,8 @@ def render(results: dict[str, Any], *, command: str) -> str:
                   f"{facts['tool_calls']:,} tool calls), counted whole, against tiktoken ({facts['encoding']}) on "
                   "the OpenAI chat format by the OpenAI cookbook's rule (3 tokens a message + role + content + "
                   "name, 3 for the reply priming). Tool calls are not covered by the cookbook; three conventions "
-                  "(see `benchmarks/accuracy.py`): name + arguments as ChatOpenAI serializes them + 3 (the target's: what a "
+                  "(see `benchmarks/accuracy.py`): name + arguments as ChatOpenAI serializes them + 3 "
+                  "(the target's: what a "
                   "LangChain agent sends), name + recorded arguments + 3, and the whole `tool_calls` JSON as in the "
                   "request body (ids and type fields included). "
                   "Error = (counter - reference) / reference.", "",
@@ -252,22 +367,26 @@ def render(results: dict[str, Any], *, command: str) -> str:
                       f"{prof['total_ms']:.1f} ms per call under cProfile ({prof['calls']} calls). lc-compaction's "
                       "functions by cumulative share (callees included):", "",
                       *_table(["function", "calls per call", "cumulative", "own"],
-                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['cum_pct']:.1f}%", f"{r['own_pct']:.1f}%"]
+                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['cum_pct']:.1f}%",
+                                f"{r['own_pct']:.1f}%"]
                                for r in prof["ours"]]),
                       "All functions by own share:", "",
                       *_table(["function", "calls per call", "own", "cumulative"],
-                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['own_pct']:.1f}%", f"{r['cum_pct']:.1f}%"]
+                              [[f"`{r['function']}`", f"{r['calls']:,.0f}", f"{r['own_pct']:.1f}%",
+                                f"{r['cum_pct']:.1f}%"]
                                for r in prof["own"]])]
     lines += ["## How it is measured", "",
               "- Steady state: consecutive samples are consecutive model calls of one session. Sample i's history "
               "is sample i-1's plus one exchange (the same exchange relabeled: fresh message and tool call ids), so "
               "every sample counts new messages, and our front doors get what they stored at sample i-1's call "
               "(the first sample's previous call is made untimed). A size's histories therefore grow by 2 "
-              "messages per sample (about 50 over a run). Nodes are called with `node.invoke(state)` as LangGraph calls "
+              "messages per sample (about 50 over a run). Nodes are called with `node.invoke(state)` as "
+              "LangGraph calls "
               "them; middlewares with `wrap_model_call(request, handler)` / `before_model(state, runtime)` and a "
               "handler that returns a canned reply. Every call is checked not to have compacted.",
               "- Firing: a fresh counter per sample, primed on the history up to the previous call; `compact()` gets "
-              "that call's `tally`; the node gets the memory that call stored (it holds the tally). Every call is checked "
+              "that call's `tally`; the node gets the memory that call stored (it holds the tally). "
+              "Every call is checked "
               "to have compacted and to fit.",
               "- Anchors: `SummarizationMiddleware` with a `GenericFakeChatModel` and `trigger=(\"tokens\", 10**9)`; "
               "`trim_messages(strategy=\"last\", token_counter=count_tokens_approximately, include_system=True, "

@@ -2,6 +2,7 @@
 
     scripts/dev python benchmarks/run.py                     # the full run (about 2-3 minutes), writes RESULTS.md
     scripts/dev python benchmarks/run.py --sizes 250,2000 --repeat 5 --output /tmp/R.md --json /tmp/r.json
+    scripts/dev python benchmarks/run.py --bill-windows 8000,32000 --bill-conversations 5   # a smaller bill table
 
 What is measured (details in each module's docstring):
 
@@ -12,6 +13,9 @@ What is measured (details in each module's docstring):
 - ``timing.py``: medians of ``time.perf_counter_ns`` samples after warm-ups, and peak memory with tracemalloc;
 - ``accuracy.py``: token-count errors against a tiktoken count of the OpenAI chat format;
 - ``profiling.py``: cProfile of our steady state at the largest size and of a compaction at 2,000 messages;
+- ``bill.py``: the input bill of every shared conversation replayed under the provider's prompt cache at windows
+  of 8k to 64k tokens, ours beside ``ContextEditingMiddleware`` and ``SummarizationMiddleware``; and the
+  identifiers of the history still sent, on the tau-bench conversations;
 - ``results.py``: the targets and the Markdown of RESULTS.md; ``machine.py``: the machine and versions.
 
 Nothing here asserts speed; the targets are reported as met or missed.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -34,10 +39,11 @@ import click
 from tqdm import tqdm
 
 from benchmarks.accuracy import accuracy
+from benchmarks.bill import BILL_WINDOWS, IDENTIFIER_WINDOWS, bill_benchmark, identifier_benchmark, limited
 from benchmarks.cells import HEADLINE, Cell, Situation, firing_cells, headline_cell, steady_cells
 from benchmarks.machine import machine_info
 from benchmarks.profiling import profile_calls
-from benchmarks.results import render, summary, targets
+from benchmarks.results import bill_targets, render, render_bill, summary, targets
 from benchmarks.session import (
     DEFAULT_TRACES_DIR,
     REPO_ROOT,
@@ -45,6 +51,7 @@ from benchmarks.session import (
     call_points,
     cut_at,
     interleaved_records,
+    trace_files,
     typical_exchange,
 )
 from benchmarks.timing import flush_caches, measure, paired_ratio, peak_memory
@@ -143,9 +150,42 @@ def _situation(session: list, points: list[int], exchange: list, size: int, mode
     return Situation(session[:p], exchange, model_name)
 
 
+def _windows(value: str) -> list[int]:
+    try:
+        windows = sorted({int(v.replace("_", "")) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated windows in tokens, got {value!r}") from None
+    if any(w < 1_000 for w in windows):
+        raise click.BadParameter(f"windows must be at least 1,000 tokens each, got {value!r}")
+    return windows
+
+
+def bill_tables(traces: Path, *, model_name: str, bill_windows: list[int] | None = None,
+                identifier_windows: list[int] | None = None, bill_conversations: int | None = None
+                ) -> dict[str, Any]:
+    """`{"bill": ..., "identifiers": ...}` (`bill.bill_benchmark`, `bill.identifier_benchmark`; a table whose
+    window list is empty is left out; None: the default windows)."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bill-") as tmp:
+        paths = limited(trace_files(traces), bill_conversations, Path(tmp))
+        bill_windows = list(BILL_WINDOWS) if bill_windows is None else bill_windows
+        identifier_windows = list(IDENTIFIER_WINDOWS) if identifier_windows is None else identifier_windows
+        if bill_windows:
+            out["bill"] = bill_benchmark(paths, windows=bill_windows, model_name=model_name)
+        if identifier_windows:
+            out["identifiers"] = identifier_benchmark(paths, windows=identifier_windows, model_name=model_name)
+    return out
+
+
 def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float, traces: Path, model_name: str,
-                  memory: bool = True, profile: bool = True, progress: bool = True) -> dict[str, Any]:
+                  memory: bool = True, profile: bool = True, progress: bool = True,
+                  bill_windows: list[int] | None = None, identifier_windows: list[int] | None = None,
+                  bill_conversations: int | None = None) -> dict[str, Any]:
     """Run every measurement and return the results as plain JSON data (what `results.render` writes).
+
+    `bill_windows` / `identifier_windows` (tokens; default `bill.BILL_WINDOWS` / `bill.IDENTIFIER_WINDOWS`, an
+    empty list skips the table) and `bill_conversations` (the first N conversations of each file; default all)
+    shape the bill and identifier tables.
 
     Raises:
         FileNotFoundError: no trace file in ``traces``.
@@ -161,7 +201,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
     exchange = typical_exchange(session)
     situations = {size: _situation(session, points, exchange, size, model_name) for size in sizes}
     results: dict[str, Any] = {
-        "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup, "budget_s": budget_s,
+        "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup,
+                 "budget_s": budget_s,
                  "traces": str(traces), "conversations": len(records), "model_name": model_name,
                  "exchange": {"messages": len(exchange), "tool_calls": len(exchange[0].tool_calls),  # type: ignore[attr-defined]
                               "tokens": exact_counter.count_messages(exchange) - exact_counter.reply_overhead,
@@ -173,7 +214,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
         results["histories"].append({
             "size": size, "messages": sit.messages,
             "tool_messages": sum(m.type == "tool" for m in h), "user_messages": sum(m.type == "human" for m in h),
-            "tokens_exact": exact_counter.count_messages(h), "tokens_count_tokens_approximately": count_tokens_approximately(h),
+            "tokens_exact": exact_counter.count_messages(h),
+            "tokens_count_tokens_approximately": count_tokens_approximately(h),
         })
     plan = [(size, "steady", None) for size in sizes] + [(size, "firing", f) for size in sizes for f in FILLS]
     bar = tqdm(plan, desc="benchmark", unit="group", disable=not progress, file=sys.stderr)
@@ -195,8 +237,11 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
                                     **profile_calls(node.setup, node.run, calls=10)})
         psize = min(sizes, key=lambda s: abs(s - PROFILE_SIZE))
         fire = firing_cells(situations[psize], FILLS[0])[0]
-        results["profiles"].append({"title": f"{fire.name}, firing at fill {FILLS[0]}, {situations[psize].messages:,} messages",
+        title = f"{fire.name}, firing at fill {FILLS[0]}, {situations[psize].messages:,} messages"
+        results["profiles"].append({"title": title,
                                     **profile_calls(fire.setup, fire.run, calls=3)})
+    results.update(bill_tables(traces, model_name=model_name, bill_windows=bill_windows,
+                               identifier_windows=identifier_windows, bill_conversations=bill_conversations))
     rows, facts = accuracy(records, model_name)
     results["accuracy"] = {"facts": facts, "rows": [
         {"counter": r.counter, "reference": r.reference, "median": r.median, "median_abs": r.median_abs,
@@ -219,23 +264,48 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
 @click.option("--traces", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help=f"Folder of *.jsonl recorded conversations [default: {DEFAULT_TRACES_DIR}].")
 @click.option("--model-name", default="gpt-4o", show_default=True, help="Chooses the tiktoken encoding.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              default=REPO_ROOT / "benchmarks" / "RESULTS.md", show_default=True, help="The Markdown report.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The Markdown report. [default: benchmarks/RESULTS.md, or benchmarks/BILL.md with --bill-only]")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the raw results as JSON here.")
 @click.option("--no-memory", is_flag=True, help="Skip the tracemalloc pass (peak memory).")
 @click.option("--no-profile", is_flag=True, help="Skip the cProfile pass.")
+@click.option("--bill-windows", default=",".join(str(w) for w in BILL_WINDOWS), show_default=True,
+              help="Windows (tokens) of the bill table, comma-separated; empty to skip it.")
+@click.option("--identifier-windows", default=",".join(str(w) for w in IDENTIFIER_WINDOWS), show_default=True,
+              help="Windows (tokens) of the identifiers table (tau-bench), comma-separated; empty to skip it.")
+@click.option("--bill-conversations", type=click.IntRange(1), default=None,
+              help="Replay only the first N conversations of each file in the bill and identifier tables "
+                   "[default: all].")
+@click.option("--bill-only", is_flag=True,
+              help="Only the bill and identifier tables (no timing: their figures do not depend on the machine).")
 def main(sizes: str, repeat: int, warmup: int, budget_s: float, traces: Path | None, model_name: str,
-         output: Path, json_path: Path | None, no_memory: bool, no_profile: bool) -> None:
+         output: Path | None, json_path: Path | None, no_memory: bool, no_profile: bool, bill_windows: str,
+         identifier_windows: str, bill_conversations: int | None, bill_only: bool) -> None:
     """Benchmark compaction per model call against LangChain's anchors; write the Markdown report."""
     warnings.simplefilter("ignore")  # deprecation notices of the anchors would drown the progress bar
     traces_dir = traces or DEFAULT_TRACES_DIR
     if not traces_dir.is_dir():
         raise click.ClickException(f"no traces folder at {traces_dir}; give --traces DIR")
+    command = "python benchmarks/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+    windows = {"bill_windows": _windows(bill_windows) if bill_windows.strip() else [],
+               "identifier_windows": _windows(identifier_windows) if identifier_windows.strip() else []}
+    if bill_only:
+        output = output or REPO_ROOT / "benchmarks" / "BILL.md"
+        started = time.perf_counter()
+        tables = bill_tables(traces_dir, model_name=model_name, bill_conversations=bill_conversations, **windows)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(render_bill(tables, command=command), encoding="utf-8")
+        if json_path is not None:
+            json_path.write_text(json.dumps(tables, indent=1), encoding="utf-8")
+        click.echo("\n".join(f"{t['status']:>7}  {t['target']}: {t['measured']}" for t in bill_targets(tables)))
+        click.echo(f"wrote {output} ({time.perf_counter() - started:.0f} s)")
+        return
+    output = output or REPO_ROOT / "benchmarks" / "RESULTS.md"
     results = run_benchmark(sizes=_sizes(sizes), repeat=repeat, warmup=warmup, budget_s=budget_s,
                             traces=traces_dir, model_name=model_name, memory=not no_memory,
-                            profile=not no_profile, progress=sys.stderr.isatty())
-    command = "python benchmarks/run.py" + "".join(f" {a}" for a in sys.argv[1:])
+                            profile=not no_profile, progress=sys.stderr.isatty(),
+                            bill_conversations=bill_conversations, **windows)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(results, command=command), encoding="utf-8")
     if json_path is not None:

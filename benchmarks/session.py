@@ -1,7 +1,8 @@
 """Long histories for the benchmark: the shared recorded conversations joined into one session.
 
 The shared collection (``../shared/traces/*.jsonl``, OpenAI chat format, one conversation a line) holds short
-conversations (3,421 messages in the three files of December 2026). A long-running agent session is built by joining them:
+conversations (3,421 messages in the three files of December 2026). A long-running agent session is built by
+joining them:
 
 - conversations are taken round-robin across the files (one from each file in turn, then the rest of the longer
   file), so every size mixes tau-bench's many short user turns with AgentDojo's long tool outputs;

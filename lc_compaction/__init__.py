@@ -5,10 +5,13 @@ truncate old tool results, drop the oldest exchanges, summarize the older part. 
 tool_calls and their ToolMessages are one unit: never orphaned, split or duplicated.
 """
 
+from typing import Any
+
+from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
 from lc_compaction.ladder import Action, LadderState, Strategy
-from lc_compaction.markers import is_summary, is_truncated, pin_message
+from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize
 from lc_compaction.strategies import DropOldExchanges, FactGuard, SummarizationError, Summarize, TruncateToolResults
 from lc_compaction.structure import (
@@ -44,10 +47,11 @@ _LAZY = {
     "compaction_hook": "lc_compaction.integrations.langgraph",
     "CompactionMiddleware": "lc_compaction.integrations.middleware",
     "CompactingChatMessageHistory": "lc_compaction.integrations.chat_history",
+    "recall_tool_result": "lc_compaction.integrations.recall",
 }
 
 
-def __getattr__(name: str):  # noqa: ANN202 - module-level lazy attributes (PEP 562)
+def __getattr__(name: str) -> Any:  # module-level lazy attributes (PEP 562)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'lc_compaction' has no attribute {name!r}")
@@ -65,6 +69,7 @@ __all__ = [
     "SummarizationError",
     "Summarize",
     "compaction_hook",
+    "recall_tool_result",
     "CallRecord",
     "ConversationReplay",
     "EncodingUnavailableError",
@@ -83,10 +88,12 @@ __all__ = [
     "CompactionResult",
     "CountTally",
     "ContextSize",
+    "DROPPED_TEXT",
     "DropOldExchanges",
     "InvalidHistoryError",
     "LadderState",
     "MessageCounter",
+    "PromptCache",
     "Repair",
     "Strategy",
     "TiktokenCounter",
@@ -96,6 +103,7 @@ __all__ = [
     "acompact",
     "check_invariants",
     "compact",
+    "is_dropped_marker",
     "is_summary",
     "is_truncated",
     "pin_message",

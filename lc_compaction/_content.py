@@ -13,6 +13,7 @@ the fact guard, reports) all take their rules from here.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -91,9 +92,13 @@ def looks_binary(s: str) -> bool:
 def content_text(content: object) -> str:
     """Readable text of a message content: the string itself, or the parts of a block list joined by newlines.
 
-    A bare string is itself, a dict block with a string ``text`` is that text, any other dict block is named by
-    its type (``"[image]"``, ``"[block]"`` when it has none: never dumped, so no base64), anything else is
-    ``str()`` of it.
+    A bare string is itself, a dict block with a string ``text`` is that text, a media block is named by its type
+    and its reference (:func:`media_reference`: ``"[image: https://example.com/a.png]"``, ``"[file: report.pdf,
+    file id file-abc]"``, ``"[image: inline image/png data]"`` for base64 or a ``data:`` URL), any other dict block
+    by its type (``"[thinking]"``, ``"[block]"`` when it has none): never dumped, so no base64; a tool-result block
+    (Anthropic ``tool_result``) by the text of its own content. Anything else is
+    ``str()`` of it. This is the text the summarizer's transcript, the ledger, the fact guard (which keeps URLs)
+    and the truncation notes read, so a media block's URL survives a summary as a reference.
     """
     if isinstance(content, str):
         return content
@@ -104,11 +109,72 @@ def content_text(content: object) -> str:
         elif isinstance(block, dict):
             if isinstance(block.get("text"), str):
                 parts.append(block["text"])
+            elif block.get("type") in TOOL_RESULT_BLOCKS and isinstance(block.get("content"), (str, list)):
+                parts.append(content_text(block["content"]))  # a tool result's own blocks (media named too)
             else:
-                parts.append(f"[{block.get('type', 'block')}]")
+                kind = block.get("type", "block")
+                ref = media_reference(block) if kind in MEDIA_BLOCKS else None
+                parts.append(f"[{kind}: {ref}]" if ref else f"[{kind}]")
         else:
             parts.append(str(block))
     return "\n".join(parts)
+
+
+def _data_url_type(url: str) -> str:
+    """The media type of a ``data:`` URL (``"image/png"`` for ``data:image/png;base64,...``), or ""."""
+    header = url[5:].split(",", 1)[0]
+    return header.split(";", 1)[0].strip()
+
+
+def media_reference(block: Any) -> str | None:
+    """What names a media block's content without its payload, or None when the block holds nothing to name.
+
+    - a URL (``image_url.url`` or a string ``image_url`` (OpenAI Chat / Responses), ``url`` (LangChain v1 and v0),
+      ``file_url``, an Anthropic ``source`` of type ``url``) as it is;
+    - a file id (``file_id``, ``file.file_id``, an Anthropic ``source`` of type ``file``) as ``file id <id>``;
+    - inline data (base64: ``base64``, ``data``, ``file_data``, ``file.file_data``, ``input_audio.data``, an
+      Anthropic ``source`` of type ``base64``, or a ``data:`` URL) by its media type only: ``inline image/png
+      data`` (never the payload);
+    - a file name or title (``filename``, ``file.filename``, ``title``) before any of these.
+    Several parts are joined with ", ".
+    """
+    if not isinstance(block, dict):
+        return None
+    def field(key: str) -> dict[str, Any]:
+        value = block.get(key)
+        return value if isinstance(value, dict) else {}
+
+    file, source, audio = field("file"), field("source"), field("input_audio")
+    image_url = block.get("image_url")
+    parts: list[str] = []
+    for name in (block.get("filename"), file.get("filename"), block.get("title")):
+        if isinstance(name, str) and name.strip():
+            parts.append(name.strip())
+            break
+    urls = [image_url.get("url") if isinstance(image_url, dict) else image_url, block.get("url"),
+            block.get("file_url"), source.get("url") if source.get("type") == "url" else None]
+    ids = [block.get("file_id"), file.get("file_id"), source.get("file_id") if source.get("type") == "file" else None]
+    inline = [block.get("base64"), block.get("data"), block.get("file_data"), file.get("file_data"), audio.get("data"),
+              source.get("data") if source.get("type", "base64") == "base64" else None]
+    mime = next((m for m in (block.get("mime_type"), source.get("media_type"), file.get("mime_type"))
+                 if isinstance(m, str) and m), "")
+    if not mime and isinstance(audio.get("format"), str):
+        mime = f"audio/{audio['format']}"
+    for url in urls:
+        if isinstance(url, str) and url:
+            if url.startswith("data:"):
+                inline.insert(0, url)
+            else:
+                parts.append(url)
+    for fid in ids:
+        if isinstance(fid, str) and fid:
+            parts.append(f"file id {fid}")
+    for data in inline:
+        if isinstance(data, str) and data:
+            kind = _data_url_type(data) if data.startswith("data:") else ""
+            parts.append(f"inline {kind or mime or 'binary'} data".replace("  ", " "))
+            break
+    return ", ".join(dict.fromkeys(parts)) or None
 
 
 def reply_text(message: BaseMessage) -> str:
@@ -132,12 +198,12 @@ def block_text(block: Any) -> str | None:
     if isinstance(block, str):
         return block
     btype = block_type(block)
-    if btype in TEXT_BLOCKS and isinstance(block.get("text"), str):
-        return block["text"]
+    text = block.get("text") if btype in TEXT_BLOCKS else None
+    if isinstance(text, str):
+        return text
     source = block.get("source") if btype == "document" else None
-    if isinstance(source, dict) and source.get("type") == "text" and isinstance(source.get("data"), str):
-        return source["data"]
-    return None
+    data = source.get("data") if isinstance(source, dict) and source.get("type") == "text" else None
+    return data if isinstance(data, str) else None
 
 
 def with_block_text(block: Any, text: str) -> Any:
@@ -147,6 +213,30 @@ def with_block_text(block: Any, text: str) -> Any:
     if "text" in block:
         return {**block, "text": text}
     return {**block, "source": {**block["source"], "data": text}}
+
+
+# ------------------------------------------------------------------------------------------------ tool calls
+
+
+def arguments_text(args: Any) -> str:
+    """A tool call's arguments as the wire carries them (langchain-openai's ``_lc_tool_call_to_openai_tool_call``
+    and ``_lc_invalid_tool_call_to_openai_tool_call``): a string (the raw arguments of an invalid call) as it is,
+    None as ``""``, anything else ``json.dumps(args, ensure_ascii=False)`` (values JSON cannot encode as their
+    ``str()``)."""
+    if isinstance(args, str):
+        return args
+    if args is None:
+        return ""
+    try:
+        return json.dumps(args, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(args)
+
+
+def is_invalid_call(call: Any) -> bool:
+    """True for an entry of ``AIMessage.invalid_tool_calls`` (a call whose arguments did not parse: its ``args`` is
+    the raw string, and it carries an ``error``)."""
+    return isinstance(call, dict) and (call.get("type") == "invalid_tool_call" or "error" in call)
 
 
 # ------------------------------------------------------------------------------------------------ media, thinking
@@ -180,10 +270,13 @@ __all__ = [
     "THINKING_BLOCKS",
     "TOOL_CALL_BLOCKS",
     "TOOL_RESULT_BLOCKS",
+    "arguments_text",
     "block_text",
     "block_type",
     "content_text",
+    "is_invalid_call",
     "is_media",
+    "media_reference",
     "looks_binary",
     "reply_text",
     "starts_with_thinking",

@@ -10,9 +10,9 @@ import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from langchain_core.messages import BaseMessage, ChatMessage, FunctionMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, FunctionMessage
 
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
 
@@ -89,7 +89,8 @@ class _MessageCache:
     def _parts(message: BaseMessage) -> tuple[Any, Any, Any]:
         if kind(message) != AI:  # getattr on a missing pydantic field is slow: skip it
             return (message.content, None, None)
-        return (message.content, message.tool_calls or None, message.invalid_tool_calls or None)
+        ai = cast(AIMessage, message)  # kind AI: an AIMessage or a subclass
+        return (ai.content, ai.tool_calls or None, ai.invalid_tool_calls or None)
 
     @staticmethod
     def _key(message: BaseMessage, role: str, parts: tuple[Any, Any, Any]) -> tuple[Any, ...]:
@@ -122,8 +123,7 @@ class _MessageCache:
                 self.hits += 1
             return same[4]
         count = self._lookup(message, compute)
-        if isinstance(content, str) and not (kind(message) == AI
-                                              and (message.tool_calls or message.invalid_tool_calls)):
+        if isinstance(content, str) and not _has_tool_calls(message):
             with self._lock:
                 if len(self._same) >= self.maxsize:
                     self._same.clear()
@@ -173,3 +173,9 @@ class _MessageCache:
             self.misses = 0
 
 
+def _has_tool_calls(message: BaseMessage) -> bool:
+    """Whether `message` is an AI message carrying tool calls (valid or invalid ones)."""
+    if kind(message) != AI:
+        return False
+    ai = cast(AIMessage, message)  # kind AI: an AIMessage or a subclass
+    return bool(ai.tool_calls or ai.invalid_tool_calls)

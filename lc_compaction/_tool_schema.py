@@ -50,7 +50,7 @@ def compact_json(value: Any) -> str:
     except (TypeError, ValueError, RecursionError):
         try:
             return str(value)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an object whose str() raises: "" as documented above
             return ""
 
 

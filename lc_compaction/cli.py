@@ -2,8 +2,8 @@
 
     lc-compaction replay [TRACE.jsonl ...] [--max-input-tokens N] [--trigger KIND=VALUE ...] [--keep KIND=VALUE]
                          [--target KIND=VALUE] [--reserve N] [--token-counter exact|approximate]
-                         [--model-name NAME] [--json] [--plot PNG]
-    lc-compaction compact [MESSAGES.json | -] [the same policy options] [--output-format ...] [--report]
+                         [--model-name NAME] [--cached-price P] [--json] [--plot PNG]
+    lc-compaction compact [MESSAGES.json | TRACE.jsonl | -] [the same policy options] [--output-format ...] [--report]
     lc-compaction --version
 
 Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `tokens=6000`, `fraction=0.8`,
@@ -11,7 +11,8 @@ Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `
 `--trigger tokens=4000,messages=10` is a clause whose thresholds must all be exceeded.
 
 This module only translates: the policy is `CompactionPolicy`, the work is `replay.replay_files` and `compact`,
-the figures are `ReplayReport.to_dict()`, the plot is `report.plot_context`.
+the bill's cache model is `billing.PromptCache`, the figures are `ReplayReport.to_dict()`, the plot is
+`report.plot_context`.
 Exit codes: 0 done; 1 an invariant violation was found or compaction failed; 2 bad usage or input
 (a trace that is not valid names the file, line and field).
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import click
 
+from lc_compaction.billing import DEFAULT_CACHED_PRICE
 from lc_compaction.policy import CompactionPolicy
 
 DEFAULT_MAX_INPUT_TOKENS = 8_000
@@ -49,7 +51,8 @@ class SizeType(click.ParamType):
         self.clause = clause
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """Parse `KIND=VALUE[,KIND=VALUE]` into a `(kind, number)` tuple (or a TriggerClause dict); click usage error otherwise."""
+        """Parse `KIND=VALUE[,KIND=VALUE]` into a `(kind, number)` tuple (or a TriggerClause dict); click usage
+        error otherwise."""
         if not isinstance(value, str):
             return value
         parts = [p.strip() for p in value.split(",")] if self.clause else [value.strip()]
@@ -108,7 +111,8 @@ def _strategies(spec: str) -> list[Any]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in make]
     if unknown or not names:
-        raise click.UsageError(f"--strategies: {', '.join(unknown) or 'empty'}: choose from {', '.join(STRATEGY_NAMES)}")
+        raise click.UsageError(
+            f"--strategies: {', '.join(unknown) or 'empty'}: choose from {', '.join(STRATEGY_NAMES)}")
     return [make[n]() for n in names]
 
 
@@ -139,19 +143,29 @@ def main() -> None:
 @main.command(short_help="Replay recorded conversations through compaction and report the figures.")
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_policy_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (totals, policy, per file).")
+@click.option("--cached-price", type=click.FloatRange(0, 1), default=DEFAULT_CACHED_PRICE, show_default=True,
+              help="A cached input token's price over an uncached one, for the bill (OpenAI's prompt-cache rule: "
+                   "the prefix shared with the previous request, in 128-token steps from 1,024 tokens).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object (totals, policy, cache model, per file, per conversation, per call).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
               help="Draw the context size per call with and without compaction to this PNG file.")
-def replay(traces: tuple[Path, ...], as_json: bool, plot: Path | None, **settings: Any) -> None:
-    """Replay recorded conversations (OpenAI chat format JSONL) as the agent loop would have run them,
-    compacting before every model call. With no TRACE, replays the bundled example conversations."""
+def replay(traces: tuple[Path, ...], cached_price: float, as_json: bool, plot: Path | None,
+           **settings: Any) -> None:
+    """Replay recorded conversations (OpenAI chat format JSONL, one conversation a line; or a JSON list of one
+    conversation's messages, what `compact` reads) as the agent loop would have run them, compacting before
+    every model call. With no TRACE, replays the bundled example conversations.
+
+    Every call is billed with and without compaction under OpenAI's prompt-cache rule (cached tokens at
+    --cached-price), and the identifiers of the history so far are looked up in what was sent."""
+    from lc_compaction.billing import PromptCache
     from lc_compaction.replay import ReplayError, replay_files
     from lc_compaction.traces import TraceFormatError, bundled_traces
 
     policy = _make_policy(**settings)
     paths = list(traces) or bundled_traces()
     try:
-        report = replay_files(paths, policy, progress=not as_json)
+        report = replay_files(paths, policy, progress=not as_json, cache=PromptCache(cached_price=cached_price))
     except TraceFormatError as exc:
         raise InputError(str(exc)) from None
     except ReplayError as exc:
@@ -173,7 +187,9 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
     try:
         from matplotlib.figure import Figure  # no pyplot: renders with Agg, touches no global backend state
     except ImportError:
-        raise click.UsageError("--plot needs matplotlib: pip install 'lc-compaction[plot]'") from None
+        from lc_compaction._extras import install_hint
+
+        raise click.UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     from lc_compaction.report import plot_context
 
     triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens)
@@ -190,15 +206,21 @@ def _table(data: dict[str, Any]) -> str:
     trig = " or ".join(",".join(f"{k}={v:g}" for k, v in c.items()) for c in p["trigger"])
     lines = [f"lc-compaction replay: window {p['max_input_tokens']:,} tokens, trigger {trig}, "
              f"target {p['target_tokens']:,} tokens, keep {p['keep'][0]}={p['keep'][1]:g}, "
-             f"reserve {p['reserve']:,}, counter {p['token_counter']}", ""]
-    head = ["file", "conv", "calls", "compactions", "tokens sent: without", "with", "saved", "peak input",
-            "over window", "violations", "ms median", "ms p95"]
+             f"reserve {p['reserve']:,}, counter {p['token_counter']}",
+             f"cache model: {data['cache_model']['rule']}", ""]
+    head = ["file", "conv", "calls", "compactions", "back-to-back", "tokens sent: without", "with", "saved",
+            "bill: without", "with", "ratio", "ids kept", "peak input", "over window", "violations", "ms median",
+            "ms p95"]
 
     def row(name: str, d: dict[str, Any]) -> list[str]:
         ms = [f"{d[k]:.2f}" if d[k] is not None else "-" for k in ("compaction_ms_median", "compaction_ms_p95")]
+        ratio = f"{d['bill_ratio']:.3f}" if d["bill_ratio"] is not None else "-"
+        held = f"{d['identifiers_held_fraction']:.1%}" if d["identifiers_held_fraction"] is not None else "-"
         return [name, str(d["conversations"]), str(d["model_calls"]), str(d["compactions"]),
-                f"{d['tokens_sent_uncompacted']:,}", f"{d['tokens_sent']:,}", f"{d['tokens_saved_fraction']:.1%}",
-                f"{d['peak_input_tokens']:,}", str(d["over_window_calls"]), str(d["invariant_violations"]), *ms]
+                str(d["back_to_back_compactions"]), f"{d['tokens_sent_uncompacted']:,}", f"{d['tokens_sent']:,}",
+                f"{d['tokens_saved_fraction']:.1%}", f"{d['billed_input_uncompacted']:,.0f}",
+                f"{d['billed_input']:,.0f}", ratio, held, f"{d['peak_input_tokens']:,}",
+                str(d["over_window_calls"]), str(d["invariant_violations"]), *ms]
 
     rows = [row(Path(f["path"]).name, f) for f in data["files"]] + [row("total", data)]
     widths = [max(len(r[k]) for r in [head, *rows]) for k in range(len(head))]
@@ -208,54 +230,59 @@ def _table(data: dict[str, Any]) -> str:
 
     lines += [fmt(head), fmt(["-" * w for w in widths]), *[fmt(r) for r in rows[:-1]],
               fmt(["-" * w for w in widths]), fmt(rows[-1]), "",
-              "tokens sent: input tokens summed over every model call (what is billed), without and with compaction;",
+              "tokens sent: input tokens summed over every model call, without and with compaction;",
+              "bill: those input tokens billed under the cache model above, in units of uncached input tokens,",
+              "without and with compaction, and their ratio (with / without);",
+              "back-to-back: compactions on the call right after another compaction;",
+              "ids kept: (call, identifier) pairs whose identifier of the history so far is still in what was sent;",
               "peak input: the largest single call with compaction; ms: compaction time per model call."]
     return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------- compact
-@main.command("compact", short_help="Compact one message list (JSON) and print the result.")
-@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@main.command("compact", short_help="Compact a message list (JSON) or trace JSONL and print the result.")
+@click.argument("source", type=click.File("rb"), default="-")
 @_policy_options
 @click.option("--output-format", type=click.Choice(["auto", "openai", "langchain"]), default="auto",
               show_default=True, help="auto: the input's format (OpenAI dicts, or LangChain messages_to_dict).")
-@click.option("--report", is_flag=True, help="Also print what was done (CompactionResult.to_dict()) to stderr.")
+@click.option("--report", is_flag=True, help="Also print what was done to stderr: CompactionResult.to_dict() "
+                                             "without removed_ids (the actions name every removed message once).")
 def compact_command(source: Any, output_format: str, report: bool, **settings: Any) -> None:
-    """Compact one message list (a JSON list of OpenAI-format or LangChain messages, or a trace line with
-    "messages") read from SOURCE (a file, or - for stdin) and print the compacted list as JSON."""
-    from langchain_core.messages import convert_to_openai_messages, messages_from_dict, messages_to_dict
+    """Compact conversations read from SOURCE (a file, or - for stdin) and print them compacted, in the input's
+    layout: a JSON list of messages (OpenAI format or LangChain messages_to_dict) gives a JSON list; trace JSONL
+    (one {"messages": [...]} object a line, what `replay` reads) gives JSONL, each line the same object with its
+    messages compacted; one trace object over several lines gives that object."""
+    from langchain_core.messages import convert_to_openai_messages, messages_to_dict
 
     from lc_compaction.compact import compact
     from lc_compaction.structure import InvalidHistoryError
-    from lc_compaction.traces import TraceFormatError, parse_messages
+    from lc_compaction.traces import TraceFormatError, parse_trace_input
 
     policy = _make_policy(**settings)
-    name = source.name if source.name != "<stdin>" else "<stdin>"
+    name = source.name if isinstance(getattr(source, "name", None), str) else "<stdin>"
     try:
-        data = json.load(source)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{name} line {exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
-    prefix = "messages"
-    if isinstance(data, dict) and "messages" in data:
-        data = data["messages"]
-    elif isinstance(data, list):
-        prefix = ""
-    is_langchain = isinstance(data, list) and bool(data) and all(isinstance(m, dict) and "data" in m for m in data)
-    try:
-        if is_langchain:
-            messages = messages_from_dict(data)
-        else:
-            messages = parse_messages(data, path=name, line=None, prefix=prefix)
+        read = parse_trace_input(source.read(), path=name)
     except TraceFormatError as exc:
         raise InputError(str(exc)) from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{name}: not a list of LangChain message dicts: {exc}") from None
-    try:
-        result = compact(messages, policy)
-    except InvalidHistoryError as exc:
-        raise InputError(f"{name}: {exc}") from None
-    fmt = output_format if output_format != "auto" else ("langchain" if is_langchain else "openai")
-    out = messages_to_dict(result.messages) if fmt == "langchain" else convert_to_openai_messages(result.messages)
+    outputs: list[Any] = []
+    reports: list[dict[str, Any]] = []
+    for trace in read.traces:
+        try:
+            result = compact(trace.messages, policy)
+        except InvalidHistoryError as exc:
+            raise InputError(f"{name} line {trace.line}: {exc}") from None
+        fmt = output_format if output_format != "auto" else trace.message_format
+        outputs.append(messages_to_dict(result.messages) if fmt == "langchain"
+                       else convert_to_openai_messages(result.messages))
+        done = {k: v for k, v in result.to_dict().items() if k != "removed_ids"}
+        reports.append(done if read.format == "list" else {"id": trace.id, "line": trace.line, **done})
+    if read.format == "jsonl":
+        for record, messages, done in zip(read.records, outputs, reports):
+            click.echo(json.dumps({**record, "messages": messages}, ensure_ascii=False))
+            if report:
+                click.echo(json.dumps(done), err=True)
+        return
+    out = outputs[0] if read.format == "list" else {**read.records[0], "messages": outputs[0]}
     click.echo(json.dumps(out, indent=2, ensure_ascii=False))
     if report:
-        click.echo(json.dumps(result.to_dict(), indent=2), err=True)
+        click.echo(json.dumps(reports[0], indent=2), err=True)

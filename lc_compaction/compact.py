@@ -4,7 +4,8 @@ The ladder, in order:
 
 1. If the history does not exceed the trigger (nor the budget), it comes back unchanged: the same list
    object, the same message objects. Nothing else is done (no validation, no copies), except that a message
-   without an id gets one in place, as LangChain's `SummarizationMiddleware` does.
+   without an id gets one in place, as LangChain's `SummarizationMiddleware` does. With `offload=True`, a
+   new tool result over `policy.offload_above` tokens still becomes a preview (`lc_compaction.offload`).
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
    message index and tool_call_id, or is repaired (reported) when `repair=True`.
@@ -17,21 +18,30 @@ The ladder, in order:
    what still cannot fit is folded into its progress note (`progress.py`).
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
-   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit, `fits` is False and
-   `stop_reason` is "pinned_over_budget".
+   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit,
+   `fits` is False and `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
+from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
+from lc_compaction.offload import (
+    OffloadKeys,
+    OffloadRecord,
+    large_arrivals,
+    plan_offloads,
+    preview_arrivals,
+    recall_chars,
+)
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.structure import (
     InvalidHistoryError,
@@ -46,7 +56,9 @@ from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_cou
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
-"nothing_removable" (triggered, nothing could be done, still within budget), "pinned_over_budget"."""
+"nothing_removable" (triggered, nothing could be done, still within budget), "strategy_failed" (triggered, nothing
+was changed, and a strategy could not do its work: the summarizer's model failed, timed out or is cooling down
+after a failure; `details["failures"]` names the strategy and the error), "pinned_over_budget"."""
 
 
 @dataclass
@@ -70,6 +82,11 @@ class CompactionResult:
         elapsed_ms: wall time of the call, milliseconds.
         tally: what this call counted, to pass as `tally=` to the next call on the grown history (O(k)
             counting); `tally.to_dict()` is plain JSON for graph state.
+        offloads: with `compact(..., offload=True)`, the originals to write to the store before the result is
+            used (`lc_compaction.offload.OffloadRecord`); empty otherwise.
+        offload: what the writer did (`lc_compaction.integrations.offload`): plain JSON with "namespace",
+            "written", "already_stored" (counts of records) and "failed" (`[{"id", "error"}]`: those messages
+            were kept as they were); None when nothing was offloaded.
     """
 
     messages: list[BaseMessage]
@@ -89,6 +106,8 @@ class CompactionResult:
     details: dict[str, Any] = field(default_factory=dict)
     elapsed_ms: float = 0.0
     tally: CountTally | None = None
+    offloads: list[OffloadRecord] = field(default_factory=list, repr=False)
+    offload: dict[str, Any] | None = None
 
     @property
     def compacted(self) -> bool:
@@ -105,8 +124,9 @@ class CompactionResult:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serializable summary (no message objects): for events, logs and checkpoints."""
-        return {
+        """A JSON-serializable summary (no message objects): for events, logs and checkpoints; with offload, the
+        writer's report under "offload"."""
+        data = {
             "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
             "messages_before": self.messages_before, "messages_after": self.messages_after,
             "triggered": self.triggered, "compacted": self.compacted, "stop_reason": self.stop_reason,
@@ -116,6 +136,9 @@ class CompactionResult:
             "removed_ids": [m.id for m in self.removed], "summary": self.summary,
             "details": self.details, "elapsed_ms": round(self.elapsed_ms, 3),
         }
+        if self.offload is not None:
+            data["offload"] = self.offload
+        return data
 
 
 def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "messages") -> list[BaseMessage]:
@@ -142,10 +165,15 @@ class _Compaction:
     drivers."""
 
     def __init__(self, messages: Sequence[Any], policy: CompactionPolicy | None, extra_tokens: int,
-                 repair: bool | None, tally: CountTally | None = None):
+                 repair: bool | None, tally: CountTally | None = None, offload: bool = False,
+                 offload_rekey: Collection[str] = ()):
         self.t0 = time.perf_counter()
         if policy is None:
             raise ValueError("policy: compact() needs a CompactionPolicy (at least max_input_tokens or a trigger)")
+        if policy.offload is not None and not offload:
+            raise ValueError("policy.offload is set, but compact() does no I/O: use a front door, or "
+                             "lc_compaction.integrations.offload.compact_offloaded(), or compact(..., offload=True) "
+                             "and write result.offloads yourself before using the result")
         if extra_tokens < 0:
             raise ValueError(f"extra_tokens: must be >= 0 tokens, got {extra_tokens}")
         self.policy = policy
@@ -160,11 +188,15 @@ class _Compaction:
         self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied)
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
-        self.repair = policy.repair if repair is None else repair
+        self.repair = policy.repairs_by_default(False) if repair is None else repair
         self.budget = policy.budget_tokens()
         self.goal_tokens, self.goal_messages = policy.target_goal()
         self.repairs: list[Repair] = []
         self.state: LadderState | None = None
+        self.offload = offload  # offload: huge new tool results become previews even under the trigger
+        self.rekey = offload_rekey
+        self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
+        self.ladder_ran = self.triggered
 
     def unchanged(self, reason: str) -> CompactionResult:
         new = self.original[self.tallied:]
@@ -213,9 +245,13 @@ class _Compaction:
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
                                  goal_messages=self.goal_messages, pass_name="soft", budget_tokens=self.budget,
-                                 limit=self.policy.is_triggered)
+                                 limit=self.policy.is_triggered,
+                                 offload=OffloadKeys(self.original, self.rekey) if self.offload else None)
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())
+        if self.arrivals:  # before the ladder, which then runs only if the history is still above the trigger
+            preview_arrivals(self.state, self.arrivals)
+            self.ladder_ran = self.policy.is_triggered(self.state.total(), len(slots))
 
     def over_budget(self) -> bool:
         st = self.state
@@ -252,6 +288,8 @@ class _Compaction:
         caller applies it (sync or async) and this generator checks the invariants after each."""
         st = self.state
         assert st is not None
+        if not self.ladder_ran:
+            return
         for second in (False, True):
             if second:
                 if not self.needs_second_pass():
@@ -269,15 +307,17 @@ class _Compaction:
         st.check("the ladder")
         if self.budget is not None and st.total() > self.budget:
             reason = "pinned_over_budget"
+        elif not self.ladder_ran:
+            reason = "under_trigger"  # only arrival previews (offload)
         elif not st.actions:
-            reason = "nothing_removable"
+            reason = "strategy_failed" if st.details.get("failures") else "nothing_removable"
         elif (self.goal_tokens is not None and st.total() > self.goal_tokens) or (
                 self.goal_messages is not None and len(st.slots) > self.goal_messages):
             reason = "under_budget"
         else:
             reason = "under_target"
         orig_by_id = {m.id: m for m in self.original if m.id}
-        removed = [orig_by_id.get(m.id, m) for m in st.removed]
+        removed = [orig_by_id.get(m.id, m) if m.id else m for m in st.removed]
         summary = st.details.pop("summary", None)
         messages = st.messages
         tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])
@@ -287,15 +327,31 @@ class _Compaction:
         return CompactionResult(
             messages=messages if changed else self.original,
             tokens_before=self.tokens_before, tokens_after=st.total(),
-            messages_before=len(self.original), messages_after=len(messages), triggered=True,
+            messages_before=len(self.original), messages_after=len(messages), triggered=self.triggered,
             stop_reason=reason, fits=reason != "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
-            details=st.details, elapsed_ms=self._ms(), tally=tally)
+            details=st.details, elapsed_ms=self._ms(), tally=tally,
+            offloads=self._offloads(removed))
+
+    def _offloads(self, removed: list[BaseMessage]) -> list[OffloadRecord]:
+        """With offload, the originals to write (`offload.plan_offloads`), each with the largest recall slice for
+        this call's window (`offload.recall_chars`: the fixed tokens and the system messages that open the
+        history are sent with every recall's answer)."""
+        st = self.state
+        if not self.offload or st is None:
+            return []
+        beside = st.fixed_tokens
+        for slot in st.slots:
+            if kind(slot.message) != SYSTEM:
+                break
+            beside += slot.tokens
+        return plan_offloads(self.original, st.actions, removed, st.offload, recall_chars(self.policy, beside))
 
 
 def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-            repair: bool | None = None, tally: CountTally | None = None) -> CompactionResult:
+            repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
+            offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Compact `messages` under `policy`: cheapest strategy first, stopping as soon as it fits.
 
     Args:
@@ -304,9 +360,17 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         policy: the `CompactionPolicy`.
         extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
             caller passes separately), counted toward the trigger and the budget.
-        repair: override `policy.repair` for this call.
+        repair: override `policy.repair` for this call (`policy.repair=None`, the default, is False here: a
+            broken input raises unless repair is asked for).
         tally: the previous result's `tally` (or `CountTally.from_dict(...)`): when the history only grew since,
             only the new messages are counted (O(k) instead of O(history)).
+        offload: the caller writes `result.offloads` to a store before using the result (`lc_compaction.offload`;
+            the front doors and `integrations.offload.compact_offloaded` do): truncation notes say how to recall,
+            and a new tool result over `policy.offload_above` tokens becomes a preview even under the trigger.
+            Still no I/O here.
+        offload_rekey: with offload, ids of tool results whose tool_call_id is already the key of another
+            content in the thread's store (the writer finds them): they are keyed "<tool_call_id>@<message id>"
+            (`lc_compaction.offload.OffloadKeys`).
 
     Returns:
         A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself.
@@ -314,29 +378,34 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     Raises:
         InvalidHistoryError: the input breaks a pairing or order rule and repair is off (names the index and
             tool_call_id).
-        ValueError: invalid arguments (naming the argument).
+        ValueError: invalid arguments (naming the argument); `policy.offload` is set and `offload` is False.
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
-    compaction = _Compaction(messages, policy, extra_tokens, repair, tally)
-    if not compaction.triggered:
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
+    if not compaction.triggered and not compaction.arrivals:
         return compaction.unchanged("under_trigger")
     compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
     for strategy in compaction.ladder():
-        strategy.apply(compaction.state)  # type: ignore[arg-type]
+        strategy.apply(state)
     if compaction.over_budget():
         compaction.last_resort()
     return compaction.finish()
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
-                   repair: bool | None = None, tally: CountTally | None = None) -> CompactionResult:
+                   repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
+                   offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
-    compaction = _Compaction(messages, policy, extra_tokens, repair, tally)
-    if not compaction.triggered:
+    compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
+    if not compaction.triggered and not compaction.arrivals:
         return compaction.unchanged("under_trigger")
     compaction.prepare()
+    state = compaction.state
+    assert state is not None  # set by prepare()
     for strategy in compaction.ladder():
-        await strategy.aapply(compaction.state)  # type: ignore[arg-type]
+        await strategy.aapply(state)
     if compaction.over_budget():
         compaction.last_resort()
     return compaction.finish()

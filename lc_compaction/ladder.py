@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
@@ -28,6 +28,9 @@ from lc_compaction.structure import (
     split_steps,
 )
 from lc_compaction.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from lc_compaction.offload import OffloadKeys
 
 
 @dataclass
@@ -106,11 +109,15 @@ class LadderState:
     - `budget_tokens`: the hard limit (tokens; None: none); `limit(tokens, n_messages)`: whether a history of that
       size is over the budget or above the trigger (the policy's `is_triggered`; None: over the goal). The
       running request's steps are folded only over the limit (`progress.py`).
+    - `offload`: the store keys (`lc_compaction.offload.OffloadKeys`) when the caller writes every original this
+      compaction takes out to a store before using the result: notes and cuts tell the model how to recall them
+      (`recall_key`); None when offload is off.
     """
 
     def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
                  goal_tokens: int | None, goal_messages: int | None, pass_name: str,
-                 budget_tokens: int | None = None, limit: Callable[[int, int], bool] | None = None):
+                 budget_tokens: int | None = None, limit: Callable[[int, int], bool] | None = None,
+                 offload: OffloadKeys | None = None):
         self.slots = slots
         self.counter = counter
         self.fixed_tokens = fixed_tokens
@@ -119,9 +126,13 @@ class LadderState:
         self.pass_name = pass_name
         self.budget_tokens = budget_tokens
         self._limit = limit
+        self.offload = offload
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}
+        self.memo: dict[Any, Any] = {}
+        """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
+        its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
@@ -133,6 +144,12 @@ class LadderState:
     @property
     def messages(self) -> list[BaseMessage]:
         return [s.message for s in self.slots]
+
+    def recall_key(self, message: BaseMessage) -> str | None:
+        """The handle a note or a cut of `message` names for the recall tool (its store key), or None when
+        offload is off or the original will not be in the store (`OffloadKeys.recallable`)."""
+        keys = self.offload
+        return keys.key(message) if keys is not None and keys.recallable(message) else None
 
     def total(self) -> int:
         """Tokens of the whole request as it stands (messages + fixed tokens)."""
@@ -180,7 +197,8 @@ class LadderState:
         `whole` is True when the exchange's request itself is removable: then the exchange goes as one
         unit (request and answers together). When the request is protected (the first request, the latest,
         or one whose exchange holds a protected message), only the steps after it are listed, and they may
-        go one at a time. Summary messages are never listed (the summarizer replaces them itself), nor the steps
+        go one at a time. Summary messages are never listed (the summarizer replaces them itself), nor
+        mid-history system messages (pinned: they stay where they are when their exchange goes), nor the steps
         of the running request (`progress.running_steps`: they are only ever folded into its progress note).
         """
         out: list[tuple[bool, list[Step]]] = []
@@ -188,10 +206,12 @@ class LadderState:
         running = {s.start for s in running_steps(self.messages, steps)}
         for ex in split_exchanges(steps):
             free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)
-                    and s.kind != "summary" and s.start not in running]
+                    and s.kind != "summary" and s.kind != "system" and s.start not in running]
             if not free:
                 continue
-            whole = ex.request is not None and any(s.start == ex.request for s in free) and len(free) == len(ex.steps)
+            # a mid-history system message (pinned, kept in place) does not keep its exchange from going whole
+            others = sum(1 for s in ex.steps if s.kind != "system")
+            whole = ex.request is not None and any(s.start == ex.request for s in free) and len(free) == others
             if not whole:
                 free = [s for s in free if s.kind != "request"]
             if free:
@@ -206,6 +226,12 @@ class LadderState:
         return None
 
     # -------------------------------------------------------------- changing
+    def record_failure(self, strategy: str, error: str) -> None:
+        """Say that `strategy` could not do its work (its model failed, timed out, or is not called during a
+        cooldown after a failure): `details["failures"][strategy] = error` (the error's text). When no strategy
+        changed the history, the result's `stop_reason` is then "strategy_failed" instead of "nothing_removable"."""
+        self.details.setdefault("failures", {})[strategy] = error
+
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
                 tokens: int | None = None) -> int:
         """Put `message` in place of message `i` (same position); record it; return the tokens saved.
@@ -223,8 +249,11 @@ class LadderState:
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         return saved
 
-    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "") -> int:
-        """Remove the messages at `indices` (whole steps); record it; return the tokens saved.
+    def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
+               notes: Mapping[int, BaseMessage] | None = None) -> int:
+        """Remove the messages at `indices` (whole steps); record it; return the tokens saved (net of the notes).
+
+        `notes`: for some removed indices i, a new message (a drop marker) put where message i was; counted.
 
         Raises:
             CompactionInvariantError: an index is protected (a strategy bug).
@@ -233,10 +262,14 @@ class LadderState:
         for i in drop:
             if self.slots[i].pinned:
                 raise CompactionInvariantError(f"{strategy} tried to remove pinned message {i}")
-        saved = sum(self.slots[i].tokens for i in drop)
+        notes = notes or {}
+        if not set(notes) <= drop:
+            raise CompactionInvariantError(f"{strategy} put a note where it removed nothing")
+        added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
+        saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         self.removed.extend(self.slots[i].message for i in sorted(drop))
-        self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self.slots = [added[i] if i in added else s for i, s in enumerate(self.slots) if i not in drop or i in added]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
@@ -312,9 +345,9 @@ class LadderState:
                                                "other tool-call ids")
         saved = sum(self.slots[i].tokens for i in drop)
         for i, message in replaced.items():
-            old = self.slots[i]
-            saved += old.tokens - tokens[i]
-            self.slots[i] = Slot(message, tokens[i], old.pinned, old.kept)
+            slot = self.slots[i]
+            saved += slot.tokens - tokens[i]
+            self.slots[i] = Slot(message, tokens[i], slot.pinned, slot.kept)
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         self.removed.extend(self.slots[i].message for i in sorted(drop))
         self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
@@ -391,10 +424,12 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
             steps: list[Step] | None = None) -> None:
     """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
 
-    Pinned: leading system messages, the first and the latest request, caller pins, the first assistant
-    step after the latest request when it starts with a thinking block (Anthropic requires the active
-    turn's first assistant message to keep it), and the request of every exchange holding a pinned or kept
-    message. Kept: every message from `keep_from` on, moved back to the start of its step.
+    Pinned: leading system messages, the first and the latest request (`is_request`: never a summary or a
+    mid-history system message), caller pins (mid-history system messages among them, see
+    `CompactionPolicy.is_pinned_by_caller`), the first assistant step after the latest request when it starts
+    with a thinking block (Anthropic requires the active turn's first assistant message to keep it), and the
+    request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
+    `keep_from` on, moved back to the start of its step.
     """
     msgs = [s.message for s in slots]
     steps = split_steps(msgs) if steps is None else steps
@@ -418,12 +453,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     if requests:
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
-        after = requests[-1] + 1
-        if after < n and starts_with_thinking(msgs[after]):
-            for st in steps:
-                if st.start == after:
-                    for i in st.indices:
-                        slots[i].pinned = True
+        # the active turn's first assistant step (after the latest request, past any mid-history system note)
+        active = next((st for st in steps if st.start > requests[-1] and st.kind == "assistant"), None)
+        if active is not None and starts_with_thinking(msgs[active.start]):
+            for i in active.indices:
+                slots[i].pinned = True
     for i, flag in enumerate(pinned_by_caller):
         if flag:
             slots[i].pinned = True
@@ -433,10 +467,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         if st.end - st.start > 1 and True in pinned[st.start:st.end]:
             for i in st.indices:
                 slots[i].pinned = True
-    # ... and the request of its exchange, so no answer is left without its question
+    # ... and the request of its exchange, so no answer is left without its question (a mid-history system
+    # message is no answer: pinned, it stays where it is and holds no request)
     held = [s.pinned or s.kept for s in slots]
     for ex in split_exchanges(steps):
         if ex.request is None or not ex.steps:
             continue
-        if True in held[ex.steps[0].start:ex.steps[-1].end]:
+        if any(True in held[st.start:st.end] for st in ex.steps if st.kind != "system"):
             slots[ex.request].pinned = True

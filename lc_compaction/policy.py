@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from lc_compaction.ladder import Strategy
 
 ContextSize = tuple[str, Union[int, float]]
-"""`("messages", N)`, `("tokens", N)`, `("fraction", f)` (of `max_input_tokens`), or, for `keep` only, `("turns", N)`."""
+"""`("messages", N)`, `("tokens", N)`, `("fraction", f)` (of `max_input_tokens`), or, for `keep` only,
+`("turns", N)`."""
 
 TriggerSpec = Union[ContextSize, dict, Sequence[Union[ContextSize, dict]]]
 """One `ContextSize`, one `TriggerClause` dict (all of its thresholds must be met), or a list of them (any)."""
@@ -37,6 +38,12 @@ DEFAULT_TRIGGER_FRACTION = 0.8
 DEFAULT_TARGET_FRACTION = 0.6
 DEFAULT_TARGET_OF_TRIGGER = 0.75
 DEFAULT_KEEP: ContextSize = ("turns", 2)
+DEFAULT_OFFLOAD_ABOVE = 5_000
+"""Default `offload_above` (tokens): a tool result larger than this is offloaded when it arrives. From the 1,349
+tool results of the shared traces (tau-bench airline, AgentDojo; o200k_base): 95% are under 1,218 tokens and
+none lies between 2,885 and 6,524 tokens; the 58 above that gap (4.3% of the results) hold 69% of the
+tool-result tokens. Any threshold in the gap offloads the same results; 5,000 sits in its middle. deepagents
+uses 20,000 tokens for 200,000-token windows: none of these traces' results would reach it."""
 DEFAULT_RESERVE_CAP = 4096
 """Default reply room: min(4096, window // 10) tokens. 4,096 is a common completion cap (OpenAI's
 `max_tokens` default for many models was 4,096); a tenth of the window scales it down for small windows."""
@@ -87,12 +94,21 @@ class CompactionPolicy:
         pin: messages no strategy may remove, truncate or summarize: a predicate or a collection of message
             ids. Messages marked with `pin_message` are pinned too. The leading system prompt, the first and
             the latest user request are always pinned.
-        repair: repair a broken input history (reported in the result) instead of raising
-            `InvalidHistoryError`.
+        repair: repair a broken input history (every repair reported in the result) instead of raising
+            `InvalidHistoryError`. None (default): `compact()` raises (as False) and the front doors (the
+            LangGraph node, the agent middleware, the chat-history wrapper) repair (as True), so an agent's
+            thread is never left unusable by a history its provider accepts; see `repairs_by_default`.
+        offload: keep what compaction takes out of the history in a LangGraph store, recallable by the model
+            (`lc_compaction.offload`): a `BaseStore`, or True for the graph's own store (front doors only).
+            None (default) or False: off. `compact()` itself does no I/O: use a front door or
+            `lc_compaction.integrations.offload.compact_offloaded`.
+        offload_above: with offload on, a tool result larger than this many tokens is offloaded when it
+            arrives (the model sees a head and tail preview and the handle). Default `DEFAULT_OFFLOAD_ABOVE`
+            (5,000; see its docstring); None: only what compaction truncates, drops or summarizes.
 
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
-            `token_counter`, `strategies`) that is invalid.
+            `token_counter`, `strategies`, `offload`, `offload_above`) that is invalid.
     """
 
     max_input_tokens: int | None = None
@@ -104,7 +120,9 @@ class CompactionPolicy:
     token_counter: Any = "exact"
     model_name: str | None = None
     pin: Callable[[BaseMessage], bool] | Collection[str] | None = None
-    repair: bool = False
+    repair: bool | None = None
+    offload: Any = None
+    offload_above: int | None = DEFAULT_OFFLOAD_ABOVE
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
 
@@ -112,6 +130,8 @@ class CompactionPolicy:
         w = self.max_input_tokens
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
             raise ValueError(f"max_input_tokens: must be a positive int (tokens), got {w!r}")
+        if self.repair is not None and not isinstance(self.repair, bool):
+            raise ValueError(f"repair: must be True, False or None, got {self.repair!r}")
         if self.reserve is None:
             self.reserve = min(DEFAULT_RESERVE_CAP, w // 10) if w else 0
         if isinstance(self.reserve, bool) or not isinstance(self.reserve, int) or self.reserve < 0:
@@ -120,13 +140,13 @@ class CompactionPolicy:
             raise ValueError(f"reserve: {self.reserve} tokens leaves no room in a window of {w} tokens")
         self.trigger_clauses = self._parse_trigger(self.trigger)
         if isinstance(self.keep, list):
-            self.keep = tuple(self.keep)  # type: ignore[assignment]
+            self.keep = tuple(self.keep)
         kind, value = _parse_size("keep", self.keep, _KEEP_KINDS)
         if kind == "fraction" and w is None:
             raise ValueError("keep: ('fraction', f) needs max_input_tokens")
         if self.target is not None:
             if isinstance(self.target, list):
-                self.target = tuple(self.target)  # type: ignore[assignment]
+                self.target = tuple(self.target)
             tkind, tvalue = _parse_size("target", self.target, _TRIGGER_KINDS)
             if tkind == "fraction" and w is None:
                 raise ValueError("target: ('fraction', f) needs max_input_tokens")
@@ -141,6 +161,29 @@ class CompactionPolicy:
                 if not (hasattr(s, "apply") and hasattr(s, "aapply") and hasattr(s, "name")):
                     raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
         self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
+        self._check_offload()
+        self._check_offload_above()
+
+    def _check_offload(self) -> None:
+        if self.offload is False:
+            self.offload = None
+        if self.offload is not None and self.offload is not True:
+            from langgraph.store.base import BaseStore  # only when a store is given: the core needs no LangGraph
+
+            if isinstance(self.offload, BaseStore):
+                return
+            raise ValueError(f"offload: expected a LangGraph BaseStore, True (the graph's store) or None, "
+                             f"got {type(self.offload).__name__}")
+
+    def _check_offload_above(self) -> None:
+        above = self.offload_above
+        if above is not None and (isinstance(above, bool) or not isinstance(above, int) or above <= 0):
+            raise ValueError(f"offload_above: must be a positive int (tokens) or None, got {above!r}")
+
+    def repairs_by_default(self, default: bool) -> bool:
+        """Whether to repair a broken input: `repair` when set, else `default` (False for `compact()`, True for
+        the front doors)."""
+        return default if self.repair is None else self.repair
 
     # ------------------------------------------------------------------ trigger
     def _parse_trigger(self, trigger: Any) -> list[dict[str, float]]:
@@ -176,7 +219,7 @@ class CompactionPolicy:
             if "tokens" in c:
                 out.append(c["tokens"])
             if "fraction" in c:
-                out.append(c["fraction"] * self.max_input_tokens)  # type: ignore[operator]
+                out.append(c["fraction"] * self._window())
         return out
 
     def _message_thresholds(self) -> list[float]:
@@ -188,7 +231,7 @@ class CompactionPolicy:
             if lows and value >= min(lows):
                 raise ValueError(f"target: {int(value)} messages is not below the trigger ({int(min(lows))} messages)")
             return
-        tokens = value * self.max_input_tokens if kind == "fraction" else value  # type: ignore[operator]
+        tokens = value * self._window() if kind == "fraction" else value
         lows = self.trigger_tokens()
         if lows and tokens >= min(lows):
             raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
@@ -206,12 +249,17 @@ class CompactionPolicy:
             if "messages" in c:
                 ok &= n_messages > c["messages"]
             if "fraction" in c:
-                ok &= tokens > c["fraction"] * self.max_input_tokens  # type: ignore[operator]
+                ok &= tokens > c["fraction"] * self._window()
             if ok:
                 return True
         return False
 
     # ------------------------------------------------------------------ budget and target
+    def _window(self) -> int:
+        """`max_input_tokens`, for a `("fraction", f)` size: `__post_init__` rejects a fraction without it."""
+        assert self.max_input_tokens is not None, "a fraction needs max_input_tokens (checked in __post_init__)"
+        return self.max_input_tokens
+
     def budget_tokens(self) -> int | None:
         """The hard limit in tokens the compacted history must fit: `max_input_tokens - reserve`; None without
         a window (a trigger says when to compact, not what must fit: then only the soft pass runs)."""
@@ -226,13 +274,14 @@ class CompactionPolicy:
             if kind == "messages":
                 return None, int(value)
             if kind == "fraction":
-                return int(value * self.max_input_tokens), None  # type: ignore[operator]
+                return int(value * self._window()), None
             return int(value), None
         tok_lows = self.trigger_tokens()
         candidates = [low * DEFAULT_TARGET_OF_TRIGGER for low in tok_lows]
-        if self.max_input_tokens is not None:
-            candidates.append(DEFAULT_TARGET_FRACTION * self.max_input_tokens)
-            candidates.append(self.budget_tokens() * DEFAULT_TARGET_OF_TRIGGER)  # type: ignore[operator]
+        window, budget = self.max_input_tokens, self.budget_tokens()
+        if window is not None and budget is not None:  # a budget exactly when there is a window
+            candidates.append(DEFAULT_TARGET_FRACTION * window)
+            candidates.append(budget * DEFAULT_TARGET_OF_TRIGGER)
         tokens = int(min(candidates)) if candidates else None
         msg_lows = self._message_thresholds()
         messages = int(min(msg_lows) * DEFAULT_TARGET_OF_TRIGGER) if msg_lows else None
@@ -255,7 +304,7 @@ class CompactionPolicy:
                     if seen == value:
                         return i
             return 0
-        limit = value if kind == "tokens" else value * self.max_input_tokens  # type: ignore[operator]
+        limit = value if kind == "tokens" else value * self._window()
         acc = 0
         i = n
         while i > 0 and acc + counts[i - 1] <= limit:

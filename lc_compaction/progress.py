@@ -17,9 +17,11 @@ and `Summarize` call `keep_progress` after their own work):
    (folding would lose detail and the next call compacts again anyway). The most recent step, the first step
    when it starts with a thinking block (Anthropic), and pinned steps are never folded.
 4. The folded steps become ONE progress note that names every call, one line each:
-   `- tool({"arg": ...}) -> 5,480 characters: "start of the result..."` (`call_line`). Nothing is removed silently.
+   `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
+   (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
+   removed silently.
    When the summarizer folds, its fact guard adds the identifiers of what it folds (`| facts: ...`), as it does
-   to a summary.
+   to a summary. With offload on, a line whose result is kept in the store names the call that reads it back.
 
 Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
 (the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
@@ -50,7 +52,15 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
 from lc_compaction._kinds import AI, TOOL, kind
-from lc_compaction.markers import MARK_KEY, PROGRESS_PREFIX, SHORTENED_MARKER, TRUNCATION_PREFIX, is_progress_text
+from lc_compaction.markers import (
+    MARK_KEY,
+    PROGRESS_PREFIX,
+    SHORTENED_MARKER,
+    TRUNCATION_PREFIX,
+    fence,
+    is_progress_text,
+)
+from lc_compaction.offload import RECALL_TOOL_NAME
 from lc_compaction.structure import Step, split_exchanges
 
 if TYPE_CHECKING:
@@ -77,7 +87,9 @@ making the note as large as the result."""
 _CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
 """Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
 
-_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (\".*\")\]\s*$", re.S)
+_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
+"""Where a truncation note's size and start are (`TruncateToolResults`): the start is the JSON string after it,
+which a recall hint may follow (offload on: `offload.recall_hint`)."""
 
 
 def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
@@ -106,7 +118,9 @@ def _result_facts(result: BaseMessage) -> tuple[int, str]:
         found = _TRUNCATED_NOTE.search(text)
         if found:
             try:
-                return int(found.group(1).replace(",", "")), json.loads(found.group(2))
+                start, _ = json.JSONDecoder().raw_decode(text, found.end())
+                if isinstance(start, str):
+                    return int(found.group(1).replace(",", "")), start
             except ValueError:
                 pass
     cut = text.rfind(_CUT_LEAD)
@@ -116,20 +130,26 @@ def _result_facts(result: BaseMessage) -> tuple[int, str]:
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
-              known: str = "") -> str:
+              known: str = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: "start of the result"[ | facts: A; B]`.
+    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"</...>[ |
+    facts: A; <untrusted_tool_data>name: B; C</...>]`. What came from the result is tool data, so it sits inside
+    `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
+    assistant's voice, and a tool's text must not read as the assistant's own words.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
     the ToolMessage that answered it (None: "no result"). With a `guard` (the summarizer's fact guard, when the
     summarizer folds), the line also lists the identifiers (ids, codes, numbers, dates, amounts, e-mails, URLs,
     paths) of the arguments, the result and `said` (the text of the assistant message that made the call) that
-    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them."""
+    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them. With
+    `recall` (the result's store key, offload on: `LadderState.recall_key`), the line also names the call that
+    reads the whole result back: `| recall_tool_result(tool_call_id="...")`."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     if len(text) > ARGS_CHARS:
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
-    line = f"- {call.get('name') or '?'}({text})"
+    name = call.get("name") or "?"
+    line = f"- {name}({text})"
     full = ""
     if result is None:
         line += " -> no result"
@@ -139,21 +159,31 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
         error = ", error" if getattr(result, "status", None) == "error" else ""
-        line += f" -> {size:,} characters{error}: {json.dumps(preview + more, ensure_ascii=False)}"
+        line += f" -> {size:,} characters{error}: {fence(json.dumps(preview + more, ensure_ascii=False), name)}"
+        if recall is not None:
+            line += f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
     if guard is None:
         return line
     from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
 
     seen = f"{known}\n{line}"
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
-    facts = [i.value for i in guard.extract(f"{said}\n{args_text}\n{full}") if not contains(seen, i)]
+    own = f"{said}\n{args_text}"
+    facts = [i for i in guard.extract(f"{own}\n{full}") if not contains(seen, i)]
     shown: list[str] = []
-    for value in facts:
+    for value in (i.value for i in facts):
         if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
             break
         shown.append(value)
+    if not facts:
+        return line
+    # the identifiers only the result holds are tool data: fenced, after the tool's name (markers.fence)
+    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i)}
+    plain = [v for v in shown if v not in from_tool]
+    fenced = [v for v in shown if v in from_tool]
+    listed = plain + ([fence(FACTS_SEPARATOR.join(fenced), name)] if fenced else [])
     more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
-    return line + (f" | facts: {FACTS_SEPARATOR.join(shown)}{more}" if facts else "")
+    return line + f" | facts: {FACTS_SEPARATOR.join(listed)}{more}"
 
 
 def _note_text(content: Any) -> str | None:
@@ -162,7 +192,7 @@ def _note_text(content: Any) -> str | None:
     for block in content:
         text = block.get("text") if isinstance(block, dict) and block_type(block) == "text" else block
         if is_progress_text(text):
-            return text  # type: ignore[return-value]
+            return text
     return None
 
 
@@ -269,8 +299,10 @@ class _Folds:
                     for call in [*m.tool_calls, *getattr(m, "invalid_tool_calls", ())]:  # type: ignore[attr-defined]
                         result = next((msgs[r] for r in range(j + 1, step.end) if kind(msgs[r]) == TOOL
                                        and msgs[r].tool_call_id == call.get("id")), None)  # type: ignore[attr-defined]
-                        self.lines.append(call_line(call, result, guard=guard,  # type: ignore[arg-type]
-                                                    said=said, known="\n".join(self.lines) if guard else ""))
+                        recall = state.recall_key(result) if result is not None else None
+                        self.lines.append(call_line(call, result, guard=guard,
+                                                    said=said, known="\n".join(self.lines) if guard else "",
+                                                    recall=recall))
                         said = ""
                         calls += 1
             i = step.end

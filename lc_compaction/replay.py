@@ -9,6 +9,12 @@ recorded conversation before that assistant message.
 All token figures are counted with the policy's counter (`policy.counter.count_messages`: the messages plus the
 reply priming), so "sent" and "uncompacted" are measured alike. Times are wall-clock milliseconds of the
 `compact` call. Used by the CLI (`lc-compaction replay`), the notebooks and the tests.
+
+Each call is also billed (`billing`): under a `PromptCache` (OpenAI's rule and a cached price of 0.1 by default)
+the sent history is compared with the previous call's, and so is the uncompacted history with the previous
+uncompacted one, giving the cached tokens and the input bill (in units of uncached input tokens) with and
+without compaction. And each call looks up the identifiers of the recording so far in what was sent
+(`recall.IdentifierTracker`: patterns independent of the fact guard).
 """
 
 from __future__ import annotations
@@ -17,15 +23,20 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._drive import adrive, drive
+from lc_compaction.billing import BillMeter, PromptCache, bill_ratio
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.recall import IdentifierTracker
 from lc_compaction.structure import check_invariants, is_request
 from lc_compaction.traces import Trace, load_traces
+
+if TYPE_CHECKING:
+    from tqdm.auto import tqdm
 
 __all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayError", "ReplayReport", "areplay_conversation",
            "areplay_files", "percentile", "policy_dict", "replay_conversation", "replay_files", "summarize_calls"]
@@ -62,6 +73,20 @@ class CallRecord:
             replaced at this call (0 when no summary was written).
         identifiers_kept: how many of them the summary's own text kept, without the fact guard's line (the
             guard adds the others).
+        cached_tokens: input tokens of the call billed as cached (`PromptCache.cached_tokens` of the prefix the
+            sent history shares with the previous call's; 0 on the first call).
+        billed_input: the call's input bill with compaction, in uncached-token units
+            (`tokens_sent - cached_tokens + cached_price * cached_tokens`).
+        prefix_messages: leading messages sent alike in this call and the previous one (`billing.same_on_wire`):
+            where the cached prefix broke.
+        cached_tokens_uncompacted / billed_input_uncompacted: the same without compaction (the recording before
+            this call against the recording before the previous one).
+        back_to_back: this call compacted and so did the previous call of the conversation.
+        identifiers_so_far: distinct identifiers in the recording before this call (`recall`: reservation ids,
+            flight numbers, codes, amounts, e-mails, user and payment ids, long numbers).
+        identifiers_held: of them, those the sent history still holds.
+        tool_identifiers_so_far / tool_identifiers_held: the same for identifiers found so far only in tool
+            results.
     """
 
     index: int
@@ -82,6 +107,16 @@ class CallRecord:
     first_request_present: bool = True
     identifiers_evicted: int = 0
     identifiers_kept: int = 0
+    cached_tokens: int = 0
+    billed_input: float = 0.0
+    prefix_messages: int = 0
+    cached_tokens_uncompacted: int = 0
+    billed_input_uncompacted: float = 0.0
+    back_to_back: bool = False
+    identifiers_so_far: int = 0
+    identifiers_held: int = 0
+    tool_identifiers_so_far: int = 0
+    tool_identifiers_held: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-serializable values (same names as the attributes)."""
@@ -92,7 +127,13 @@ class CallRecord:
                 "compaction_ms": round(self.compaction_ms, 3), "compacted": self.compacted,
                 "triggered": self.triggered, "stop_reason": self.stop_reason, "fits": self.fits,
                 "strategies": list(self.strategies), "violations": list(self.violations),
-                "first_request_present": self.first_request_present}
+                "first_request_present": self.first_request_present,
+                "cached_tokens": self.cached_tokens, "billed_input": round(self.billed_input, 2),
+                "prefix_messages": self.prefix_messages, "cached_tokens_uncompacted": self.cached_tokens_uncompacted,
+                "billed_input_uncompacted": round(self.billed_input_uncompacted, 2),
+                "back_to_back": self.back_to_back, "identifiers_so_far": self.identifiers_so_far,
+                "identifiers_held": self.identifiers_held, "tool_identifiers_so_far": self.tool_identifiers_so_far,
+                "tool_identifiers_held": self.tool_identifiers_held}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -133,6 +174,12 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
     ms = [c.compaction_ms for c in calls]
     unc = sum(c.tokens_uncompacted for c in calls)
     sent = sum(c.tokens_sent for c in calls)
+    billed = sum(c.billed_input for c in calls)
+    billed_unc = sum(c.billed_input_uncompacted for c in calls)
+    ids = sum(c.identifiers_so_far for c in calls)
+    ids_held = sum(c.identifiers_held for c in calls)
+    tool_ids = sum(c.tool_identifiers_so_far for c in calls)
+    tool_held = sum(c.tool_identifiers_held for c in calls)
     return {
         "conversations": conversations,
         "model_calls": len(calls),
@@ -150,6 +197,18 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "identifiers_evicted": sum(c.identifiers_evicted for c in calls),
         "identifiers_kept": sum(c.identifiers_kept for c in calls),
         "first_request_missing_calls": sum(1 for c in calls if not c.first_request_present),
+        "cached_tokens": sum(c.cached_tokens for c in calls),
+        "cached_tokens_uncompacted": sum(c.cached_tokens_uncompacted for c in calls),
+        "billed_input": round(billed, 2),
+        "billed_input_uncompacted": round(billed_unc, 2),
+        "bill_ratio": bill_ratio(billed, billed_unc),
+        "back_to_back_compactions": sum(1 for c in calls if c.back_to_back),
+        "identifiers_so_far": ids,
+        "identifiers_held": ids_held,
+        "identifiers_held_fraction": round(ids_held / ids, 4) if ids else None,
+        "tool_identifiers_so_far": tool_ids,
+        "tool_identifiers_held": tool_held,
+        "tool_identifiers_held_fraction": round(tool_held / tool_ids, 4) if tool_ids else None,
         "compaction_ms_median": _round(percentile(ms, 50)),
         "compaction_ms_p95": _round(percentile(ms, 95)),
         "compaction_ms_max": _round(max(ms) if ms else None),
@@ -170,6 +229,7 @@ class ConversationReplay:
         messages: the history at the end of the replay (compacted as the agent would hold it).
         max_input_tokens / budget_tokens: the policy's window and budget (tokens; None when not set).
         path: the trace file, when replayed from one.
+        cache: the `PromptCache` the calls were billed under.
     """
 
     id: str
@@ -178,6 +238,7 @@ class ConversationReplay:
     max_input_tokens: int | None
     budget_tokens: int | None
     path: Path | None = None
+    cache: PromptCache = field(default_factory=PromptCache)
 
     def summary(self) -> dict[str, Any]:
         """`summarize_calls` over this conversation's calls."""
@@ -200,7 +261,7 @@ class _Replayer:
     """The bookkeeping shared by the sync and async replays (compaction itself is done by the caller)."""
 
     def __init__(self, messages: Sequence[BaseMessage], policy: CompactionPolicy, conversation_id: str,
-                 on_call: OnCall | None):
+                 on_call: OnCall | None, cache: PromptCache | None):
         self.recording = _with_ids(messages, conversation_id)
         self.policy = policy
         self.counter = policy.counter
@@ -209,6 +270,10 @@ class _Replayer:
         self.first = next((m for m in self.recording if is_request(m)), None)
         self.history: list[BaseMessage] = []
         self.calls: list[CallRecord] = []
+        self.cache = cache or PromptCache()
+        self.meter = BillMeter(self.cache, self.counter)
+        self.meter_uncompacted = BillMeter(self.cache, self.counter)
+        self.identifiers = IdentifierTracker()
 
     def steps(self) -> Iterator[int]:
         """Yield the index of each recorded assistant message (time to compact), appending the others."""
@@ -216,21 +281,33 @@ class _Replayer:
             if isinstance(m, AIMessage):
                 yield i
             self.history = [*self.history, m]
+            self.identifiers.add(m)
 
     def record(self, i: int, history_in: list[BaseMessage], result: CompactionResult, ms: float) -> None:
         sent = list(result.messages)
+        uncompacted = self.recording[:i]
+        tokens_uncompacted = self.counter.count_messages(uncompacted)
+        tokens_sent = self.counter.count_messages(sent)
+        bill = self.meter.bill(sent, input_tokens=tokens_sent)
+        bill_uncompacted = self.meter_uncompacted.bill(uncompacted, input_tokens=tokens_uncompacted)
+        held = self.identifiers.held(sent)
         record = CallRecord(
             index=len(self.calls), message_index=i,
-            tokens_uncompacted=self.counter.count_messages(self.recording[:i]),
+            tokens_uncompacted=tokens_uncompacted,
             tokens_before=self.counter.count_messages(history_in),
-            tokens_sent=self.counter.count_messages(sent),
+            tokens_sent=tokens_sent,
             messages_uncompacted=i, messages_before=len(history_in), messages_sent=len(sent),
             compaction_ms=ms, compacted=result.compacted, triggered=result.triggered,
             stop_reason=result.stop_reason, fits=result.fits, strategies=result.strategies_applied,
             violations=[str(v) for v in check_invariants(sent)],
             first_request_present=self._first_present(sent),
             identifiers_evicted=int(result.details.get("identifiers_evicted", 0)),
-            identifiers_kept=int(result.details.get("identifiers_kept_by_summary", 0)))
+            identifiers_kept=int(result.details.get("identifiers_kept_by_summary", 0)),
+            cached_tokens=bill.cached_tokens, billed_input=bill.billed, prefix_messages=bill.shared_messages,
+            cached_tokens_uncompacted=bill_uncompacted.cached_tokens, billed_input_uncompacted=bill_uncompacted.billed,
+            back_to_back=result.compacted and bool(self.calls) and self.calls[-1].compacted,
+            identifiers_so_far=held.so_far, identifiers_held=held.held,
+            tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held)
         self.calls.append(record)
         self.history = sent
         if self.on_call is not None:
@@ -244,7 +321,7 @@ class _Replayer:
     def done(self, path: Path | None) -> ConversationReplay:
         return ConversationReplay(id=self.id, calls=self.calls, messages=self.history,
                                   max_input_tokens=self.policy.max_input_tokens,
-                                  budget_tokens=self.policy.budget_tokens(), path=path)
+                                  budget_tokens=self.policy.budget_tokens(), path=path, cache=self.cache)
 
     def error(self, i: int, exc: Exception) -> ReplayError:
         return ReplayError(f"conversation {self.id!r}, model call {len(self.calls)} (before recorded message {i}): "
@@ -258,7 +335,7 @@ class ReplayError(RuntimeError):
 
 def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
                         conversation_id: str | None = None, compact_fn: CompactFn = compact,
-                        on_call: OnCall | None = None) -> ConversationReplay:
+                        on_call: OnCall | None = None, cache: PromptCache | None = None) -> ConversationReplay:
     """Replay one recorded conversation through compaction (see the module docstring for the semantics).
 
     Args:
@@ -268,6 +345,8 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
             f"{conversation_id}:{index}" (default "conversation", or the trace's id).
         compact_fn: `compact(messages, policy) -> CompactionResult`, replaceable (e.g. a wrapper).
         on_call: called after each call (see `OnCall`), e.g. to check every sent history.
+        cache: bills every call (`billing.PromptCache`; default `PromptCache()`: OpenAI's rule, cached tokens at
+            0.1 of the input price).
 
     Returns:
         A `ConversationReplay` with one `CallRecord` per recorded assistant message.
@@ -275,25 +354,29 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
     Raises:
         ReplayError: `compact_fn` raised (the conversation, call and recorded message index are named).
     """
-    return drive(_replay(messages, policy, conversation_id, on_call), lambda history: compact_fn(history, policy))
+    return drive(_replay(messages, policy, conversation_id, on_call, cache),
+                 lambda history: compact_fn(history, policy))
 
 
 async def areplay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
                                conversation_id: str | None = None, compact_fn: ACompactFn = acompact,
-                               on_call: OnCall | None = None) -> ConversationReplay:
+                               on_call: OnCall | None = None, cache: PromptCache | None = None
+                               ) -> ConversationReplay:
     """Async twin of `replay_conversation` (awaits `compact_fn`, `acompact` by default)."""
-    return await adrive(_replay(messages, policy, conversation_id, on_call),
+    return await adrive(_replay(messages, policy, conversation_id, on_call, cache),
                         lambda history: compact_fn(history, policy))
 
 
 def _replay(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
-            on_call: OnCall | None) -> Generator[list[BaseMessage], CompactionResult, ConversationReplay]:
+            on_call: OnCall | None, cache: PromptCache | None
+            ) -> Generator[list[BaseMessage], CompactionResult, ConversationReplay]:
     """One conversation's replay: yields the history going into each model call, is sent its compaction (timed
     from the yield to the answer), returns the replay. An error thrown in at the yield becomes a `ReplayError`."""
     if isinstance(messages, Trace):
-        rep, path = _Replayer(messages.messages, policy, conversation_id or messages.id, on_call), messages.path
+        rep = _Replayer(messages.messages, policy, conversation_id or messages.id, on_call, cache)
+        path = messages.path
     else:
-        rep, path = _Replayer(messages, policy, conversation_id or "conversation", on_call), None
+        rep, path = _Replayer(messages, policy, conversation_id or "conversation", on_call, cache), None
     for i in rep.steps():
         history_in = rep.history
         t0 = time.perf_counter()
@@ -324,12 +407,14 @@ class ReplayReport:
     """Trace files replayed under one policy: per file, per conversation, and in total.
 
     `to_dict()` is what `lc-compaction replay --json` prints: the `summarize_calls` keys over every call at the
-    top level, then "policy" (the settings used) and "files" (the same keys per file, with "path" and
-    "by_conversation").
+    top level, then "policy" (the settings used), "cache_model" (`PromptCache.to_dict()`: the rule and the price
+    the bills use) and "files" (the same keys per file, with "path" and "by_conversation", each conversation with
+    its "calls": `CallRecord.to_dict()` per call).
     """
 
     files: list[FileReplay]
     policy: CompactionPolicy
+    cache: PromptCache = field(default_factory=PromptCache)
 
     @property
     def conversations(self) -> list[ConversationReplay]:
@@ -353,10 +438,12 @@ class ReplayReport:
         """`summarize_calls` over one file's calls, with its "path"."""
         return {"path": str(f.path), **self._summary(f.calls, len(f.conversations))}
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable: totals at the top level, then "policy" and "files" (see the class docstring)."""
-        return {**self.totals(), "policy": policy_dict(self.policy),
-                "files": [{**self.file_summary(f), "by_conversation": [c.to_dict() for c in f.conversations]}
+    def to_dict(self, *, calls: bool = True) -> dict[str, Any]:
+        """JSON-serializable: totals at the top level, then "policy", "cache_model" and "files" (see the class
+        docstring); without the per-call records when `calls` is False."""
+        return {**self.totals(), "policy": policy_dict(self.policy), "cache_model": self.cache.to_dict(),
+                "files": [{**self.file_summary(f),
+                           "by_conversation": [c.to_dict(calls=calls) for c in f.conversations]}
                           for f in self.files]}
 
 
@@ -370,7 +457,7 @@ def policy_dict(policy: CompactionPolicy) -> dict[str, Any]:
             "strategies": [s.name for s in policy.strategies or ()]}
 
 
-def _progress(total: int, progress: bool):  # noqa: ANN202 - a tqdm bar
+def _progress(total: int, progress: bool) -> tqdm[NoReturn]:
     from tqdm.auto import tqdm
 
     # disable=None: shown only when stderr is a terminal; delay: only on replays longer than a second.
@@ -379,14 +466,15 @@ def _progress(total: int, progress: bool):  # noqa: ANN202 - a tqdm bar
 
 
 def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
-                 compact_fn: CompactFn = compact, on_call: OnCall | None = None) -> ReplayReport:
+                 compact_fn: CompactFn = compact, on_call: OnCall | None = None,
+                 cache: PromptCache | None = None) -> ReplayReport:
     """Replay every conversation of the JSONL trace files `paths` under `policy`.
 
     Args:
         paths: trace files (see `lc_compaction.traces`); `traces.bundled_traces()` for the examples.
         policy: the `CompactionPolicy`.
         progress: show a tqdm progress bar on stderr (only when it is a terminal, and only after a second).
-        compact_fn, on_call: as in `replay_conversation`.
+        compact_fn, on_call, cache: as in `replay_conversation`.
 
     Returns:
         A `ReplayReport` (per file, per conversation, totals; `to_dict()` for JSON).
@@ -395,19 +483,24 @@ def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress
         TraceFormatError: a file is not a valid trace (file, line and field named); nothing is replayed.
         ReplayError: compaction raised on a conversation.
     """
-    return drive(_replay_files(paths, policy, progress),
-                 lambda trace: replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+    cache = cache or PromptCache()
+    return drive(_replay_files(paths, policy, progress, cache),
+                 lambda trace: replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call,
+                                                   cache=cache))
 
 
 async def areplay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
-                        compact_fn: ACompactFn = acompact, on_call: OnCall | None = None) -> ReplayReport:
+                        compact_fn: ACompactFn = acompact, on_call: OnCall | None = None,
+                        cache: PromptCache | None = None) -> ReplayReport:
     """Async twin of `replay_files` (conversations replayed one after the other with `areplay_conversation`)."""
-    return await adrive(_replay_files(paths, policy, progress),
-                        lambda trace: areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call))
+    cache = cache or PromptCache()
+    return await adrive(_replay_files(paths, policy, progress, cache),
+                        lambda trace: areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call,
+                                                           cache=cache))
 
 
-def _replay_files(paths: Iterable[str | Path], policy: CompactionPolicy,
-                  progress: bool) -> Generator[Trace, ConversationReplay, ReplayReport]:
+def _replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool,
+                  cache: PromptCache) -> Generator[Trace, ConversationReplay, ReplayReport]:
     """The replay of many files: every file is loaded first (a bad file replays nothing), then each conversation
     is yielded and its replay sent back, one after the other; returns the report."""
     loaded = [(Path(p), load_traces(p)) for p in paths]
@@ -419,4 +512,4 @@ def _replay_files(paths: Iterable[str | Path], policy: CompactionPolicy,
                 convs.append((yield trace))
                 bar.update(1)
             files.append(FileReplay(path, convs))
-    return ReplayReport(files, policy)
+    return ReplayReport(files, policy, cache)

@@ -1,28 +1,31 @@
 """Reports and plots of compactions and replays (notebooks, `lc-compaction replay --plot`).
 
-- one compaction: `compaction_table` (what happened to each message, with its tokens) and `identifiers_table`
-  (which identifiers of the removed or rewritten messages are still in the context);
+- one compaction: `compaction_table` (what happened to each message, with its tokens), `identifiers_table`
+  (which identifiers of the removed or rewritten messages are still in the context) and
+  `summary_identifiers_table` (which of them the summarizer wrote itself, and which the fact guard added);
 - replays: `calls_dataframe` (one row per model call), `summary_dataframe` (one row per replay), `plot_context`
-  (input tokens per call), `plot_cumulative` (cumulative input tokens sent) and `plot_comparison` (several
-  policies over one conversation, both views on one figure).
+  (input tokens per call), `plot_cumulative` (cumulative input tokens sent), `plot_comparison` (several
+  policies over one conversation, both views on one figure) and `plot_bill` (the input bill per call and in total
+  under the provider's prompt cache, with and without compaction).
 
-pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`),
-so the compaction core never needs them.
+pandas and matplotlib are imported inside the functions (the `plot` extra: `pip install 'lc-compaction[plot]'`, or
+`pip install -e '.[plot]'` in a clone of the repository), so the compaction core never needs them.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from lc_compaction._content import content_text
+from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
-from lc_compaction.markers import is_shortened, is_summary, is_truncated
-from lc_compaction.replay import ConversationReplay, ReplayReport
-from lc_compaction.strategies.facts import FactGuard, contains, message_text
+from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
+from lc_compaction.replay import CallRecord, ConversationReplay, ReplayReport
+from lc_compaction.strategies.facts import FactGuard, contains, is_facts_line, message_text
+from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
 if TYPE_CHECKING:
@@ -31,14 +34,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["CALL_COLUMNS", "COMPACTION_COLUMNS", "IDENTIFIER_COLUMNS", "OUTCOMES", "SUMMARY_COLUMNS",
-           "calls_dataframe", "compaction_table", "identifiers_table", "plot_comparison", "plot_context",
-           "plot_cumulative", "summary_dataframe"]
+           "SUMMARY_IDENTIFIER_COLUMNS", "calls_dataframe", "compaction_table", "identifiers_table", "plot_bill",
+           "plot_comparison", "plot_context", "plot_cumulative", "summary_dataframe", "summary_identifiers_table"]
 
 CALL_COLUMNS = ("conversation", "call", "message_index", "tokens_uncompacted", "tokens_before", "tokens_sent",
                 "messages_uncompacted", "messages_before", "messages_sent", "compaction_ms", "compacted",
-                "triggered", "stop_reason", "fits", "strategies", "violations", "first_request_present")
+                "triggered", "stop_reason", "fits", "strategies", "violations", "first_request_present",
+                "cached_tokens", "billed_input", "prefix_messages", "cached_tokens_uncompacted",
+                "billed_input_uncompacted", "back_to_back", "identifiers_so_far", "identifiers_held",
+                "tool_identifiers_so_far", "tool_identifiers_held")
 """Columns of `calls_dataframe`, in order (see `replay.CallRecord` for each; "strategies" is a comma-separated
-string, "violations" a count)."""
+string, "violations" a count; bills in units of uncached input tokens)."""
 
 Replays = Union[ConversationReplay, ReplayReport, Mapping[str, ConversationReplay], Iterable[ConversationReplay]]
 
@@ -53,13 +59,15 @@ def _conversations(replay: Replays) -> list[tuple[str, ConversationReplay]]:
     return [(c.id, c) for c in replay]
 
 
-def _require(module: str):  # noqa: ANN202 - returns the module
+def _require(module: str) -> ModuleType:
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} is needed for replay reports and plots: pip install 'lc-compaction[plot]'") from exc
+        from lc_compaction._extras import missing_extra
+
+        raise missing_extra("replay reports and plots", "plot", exc, module=module) from exc
 
 
 def calls_dataframe(replay: Replays) -> pandas.DataFrame:
@@ -82,8 +90,16 @@ def calls_dataframe(replay: Replays) -> pandas.DataFrame:
                          "messages_before": c.messages_before, "messages_sent": c.messages_sent,
                          "compaction_ms": c.compaction_ms, "compacted": c.compacted, "triggered": c.triggered,
                          "stop_reason": c.stop_reason, "fits": c.fits, "strategies": ",".join(c.strategies),
-                         "violations": len(c.violations), "first_request_present": c.first_request_present})
-    return pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+                         "violations": len(c.violations), "first_request_present": c.first_request_present,
+                         "cached_tokens": c.cached_tokens, "billed_input": c.billed_input,
+                         "prefix_messages": c.prefix_messages,
+                         "cached_tokens_uncompacted": c.cached_tokens_uncompacted,
+                         "billed_input_uncompacted": c.billed_input_uncompacted, "back_to_back": c.back_to_back,
+                         "identifiers_so_far": c.identifiers_so_far, "identifiers_held": c.identifiers_held,
+                         "tool_identifiers_so_far": c.tool_identifiers_so_far,
+                         "tool_identifiers_held": c.tool_identifiers_held})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(CALL_COLUMNS))
+    return frame
 
 
 MAX_LABELLED = 8
@@ -159,6 +175,7 @@ OUTCOMES: dict[str, str] = {
               "from a CompactionResult's actions)",
     "removed": "not in the result",
     "summary": "a summary message of the result that was not in the input",
+    "marker": "the one-line marker left where exchanges were dropped, not in the input (markers.DROPPED_TEXT)",
     "added": "another message of the result that was not in the input (a repair)",
 }
 """What `compaction_table`'s "outcome" column can say, and what each value means."""
@@ -195,23 +212,29 @@ def _positions_by_id(messages: Sequence[BaseMessage], name: str, *, required: bo
 
 
 def _call_names(*lists: Sequence[BaseMessage]) -> dict[str, str]:
-    """{tool_call_id: tool name} of every tool call in the lists (a ToolMessage may carry no `name`)."""
-    return {tc["id"]: tc["name"] for messages in lists for m in messages if isinstance(m, AIMessage)
-            for tc in m.tool_calls if tc.get("id")}
+    """{ToolMessage id: name of the tool it answers} in the lists (a ToolMessage may carry no `name`), paired by
+    position as on the wire (`structure.tool_pairs`: a tool-call id may be reused by another turn)."""
+    out: dict[str, str] = {}
+    for messages in lists:
+        for t, (a, tcid) in tool_pairs(messages).items():
+            name = next((tc.get("name") for tc in tool_calls_of(messages[a]) if tc.get("id") == tcid), None)
+            if messages[t].id and name:
+                out.setdefault(str(messages[t].id), name)
+    return out
 
 
 def _tool(message: BaseMessage, call_names: Mapping[str, str]) -> str:
     if isinstance(message, ToolMessage):
-        return message.name or call_names.get(message.tool_call_id, "")
+        return message.name or call_names.get(message.id or "", "")
     if isinstance(message, AIMessage):
-        return ", ".join(tc["name"] for tc in message.tool_calls)
+        return ", ".join(tc.get("name") or "?" for tc in tool_calls_of(message))
     return ""
 
 
 def _preview(message: BaseMessage, chars: int) -> str:
     text = content_text(message.content)
-    if not text.strip() and isinstance(message, AIMessage) and message.tool_calls:
-        text = "; ".join(f"{tc['name']}({json.dumps(tc['args'], ensure_ascii=False)})" for tc in message.tool_calls)
+    if not text.strip() and isinstance(message, AIMessage) and tool_calls_of(message):
+        text = "; ".join(f"{tc.get('name') or '?'}({arguments_text(tc.get('args'))})" for tc in tool_calls_of(message))
     text = " ".join(text.split())
     return text if len(text) <= chars else text[: max(chars - 3, 0)] + "..."
 
@@ -273,10 +296,11 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
                 continue
             rows.append({"index": None, "index_after": j, "role": m.type, "tool": _tool(m, names),
                          "tokens_before": 0, "tokens_after": tc.count_message(m),
-                         "outcome": "summary" if is_summary(m) else "added", "text": _preview(m, text_chars)})
+                         "outcome": "summary" if is_summary(m) else "marker" if is_dropped_marker(m) else "added",
+                         "text": _preview(m, text_chars)})
 
     for i, m in enumerate(old):
-        j = new_pos.get(m.id)  # type: ignore[arg-type]
+        j = new_pos.get(m.id) if m.id is not None else None
         row = {"index": i, "index_after": j, "role": m.type, "tool": _tool(m, names),
                "tokens_before": tc.count_message(m), "text": _preview(m, text_chars)}
         if j is None:
@@ -289,8 +313,9 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
             row.update(tokens_after=tc.count_message(new[j]), outcome=_outcome(m, new[j]))
         rows.append(row)
     place_new_until(len(new))
-    df = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS))
-    return df.astype({"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(COMPACTION_COLUMNS)).astype(
+        {"index": "Int64", "index_after": "Int64", "tokens_before": "int64", "tokens_after": "int64"})
+    return frame
 
 
 def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
@@ -324,7 +349,7 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, m in enumerate(old):
-        kept_as_is = unchanged.get(m.id)  # type: ignore[arg-type]
+        kept_as_is = unchanged.get(m.id) if m.id is not None else None
         if kept_as_is is not None and (kept_as_is is m or kept_as_is == m):
             continue
         for ident in guard.extract_messages([m]):
@@ -333,20 +358,60 @@ def identifiers_table(before: Sequence[BaseMessage], after: Messages, *,
                 continue
             seen.add(key)
             rows.append({"identifier": ident.value, "kind": ident.kind, "index": i, "kept": contains(text, ident)})
-    return pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype({"index": "int64", "kept": "bool"})
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(IDENTIFIER_COLUMNS)).astype(
+        {"index": "int64", "kept": "bool"})
+    return frame
+
+
+SUMMARY_IDENTIFIER_COLUMNS = ("identifier", "kind", "in_model_summary", "in_summary")
+"""Columns of `summary_identifiers_table`."""
+
+
+def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard | None = None) -> pandas.DataFrame:
+    """What the summarizer kept on its own, and what the summary holds with the fact guard's line.
+
+    Args:
+        result: a `CompactionResult` whose call wrote a summary (`result.summary`).
+        fact_guard: the `FactGuard` whose patterns find the identifiers (default `FactGuard()`, the summarizer's).
+
+    Returns:
+        A DataFrame with the `SUMMARY_IDENTIFIER_COLUMNS`, one row per distinct identifier of `result.removed`
+        (the messages this call removed or summarized; an earlier summary's facts line included), oldest first,
+        as the guard extracts them: "in_model_summary" is True when the summary's text without the facts line
+        (what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
+
+    Raises:
+        ValueError: `result` has no summary.
+        ImportError: pandas is not installed.
+    """
+    pd = _require("pandas")
+    if not result.summary:
+        raise ValueError("result: this compaction wrote no summary (result.summary is empty)")
+    guard = fact_guard or FactGuard()
+    written = "\n".join(line for line in result.summary.splitlines() if not is_facts_line(line))
+    rows = [{"identifier": i.value, "kind": i.kind, "in_model_summary": contains(written, i),
+             "in_summary": contains(result.summary, i)} for i in guard.extract_messages(result.removed)]
+    frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(SUMMARY_IDENTIFIER_COLUMNS)).astype(
+        {"in_model_summary": "bool", "in_summary": "bool"})
+    return frame
 
 
 # ------------------------------------------------------------------------------------------- replays compared
 SUMMARY_COLUMNS = ("model_calls", "compactions", "tokens_sent_uncompacted", "tokens_sent", "tokens_saved",
                    "tokens_saved_fraction", "peak_input_tokens", "peak_input_tokens_uncompacted", "over_window_calls",
                    "over_budget_calls", "not_fitting_calls", "invariant_violations", "first_request_missing_calls",
-                   "compaction_ms_median", "compaction_ms_p95", "compaction_ms_max")
-"""Columns of `summary_dataframe`: the keys of `replay.summarize_calls` (tokens, calls, milliseconds)."""
+                   "cached_tokens", "cached_tokens_uncompacted", "billed_input", "billed_input_uncompacted",
+                   "bill_ratio", "back_to_back_compactions", "identifiers_so_far", "identifiers_held",
+                   "identifiers_held_fraction", "tool_identifiers_so_far", "tool_identifiers_held",
+                   "tool_identifiers_held_fraction", "compaction_ms_median", "compaction_ms_p95", "compaction_ms_max")
+"""Columns of `summary_dataframe`: keys of `replay.summarize_calls` (tokens, calls, bills in uncached-token
+units, identifiers, milliseconds)."""
 
 
 def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     """One row per replay with its figures (`ConversationReplay.summary()`: tokens sent with and without
-    compaction, peak input tokens, calls over the window, invariant violations, compaction milliseconds).
+    compaction, peak input tokens, calls over the window, invariant violations, the input bill with and without
+    compaction and back-to-back compactions, identifiers held, compaction milliseconds).
 
     Args:
         replays: {name: ConversationReplay} (e.g. one conversation under several policies), one replay, a list or
@@ -361,29 +426,41 @@ def summary_dataframe(replays: Replays) -> pandas.DataFrame:
     pd = _require("pandas")
     convs = _conversations(replays)
     rows = [{k: conv.summary()[k] for k in SUMMARY_COLUMNS} for _, conv in convs]
-    return pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
-                        columns=list(SUMMARY_COLUMNS))
+    frame: pandas.DataFrame = pd.DataFrame(rows, index=pd.Index([name for name, _ in convs], name="replay"),
+                                           columns=list(SUMMARY_COLUMNS))
+    return frame
 
 
-def _cumulative(values: Iterable[int]) -> list[int]:
-    out, total = [], 0
+def _cumulative(values: Iterable[float]) -> list[float]:
+    out: list[float] = []
+    total: float = 0
     for v in values:
         total += v
         out.append(total)
     return out
 
 
-def _draw(ax: Axes, convs: list[tuple[str, ConversationReplay]], cumulative: bool) -> None:
-    """Each replay's input tokens sent (solid, one colour each) and the uncompacted series (dashed), drawn once per
+def _tokens(c: CallRecord) -> tuple[float, float]:
+    return c.tokens_sent, c.tokens_uncompacted
+
+
+def _bills(c: CallRecord) -> tuple[float, float]:
+    return c.billed_input, c.billed_input_uncompacted
+
+
+def _draw(ax: Axes, convs: list[tuple[str, ConversationReplay]], cumulative: bool,
+          values: Callable[[CallRecord], tuple[float, float]] = _tokens) -> None:
+    """Each replay's series with compaction (solid, one colour each) and without (dashed), drawn once per
     distinct series: in grey and labelled "no compaction" when every replay has the same one (one conversation
-    under several policies), else in the colour of the first replay that has it."""
+    under several policies), else in the colour of the first replay that has it. `values(call)` gives a call's
+    (with, without) figures: input tokens by default."""
     many = len(convs) > MAX_LABELLED
-    series = [(name, conv, [c.tokens_sent for c in conv.calls], [c.tokens_uncompacted for c in conv.calls])
+    series = [(name, conv, [values(c)[0] for c in conv.calls], [values(c)[1] for c in conv.calls])
               for name, conv in convs]
     if cumulative:
         series = [(name, conv, _cumulative(sent), _cumulative(unc)) for name, conv, sent, unc in series]
     shared = len({tuple(unc) for *_, unc in series}) == 1
-    drawn: set[tuple[int, ...]] = set()
+    drawn: set[tuple[float, ...]] = set()
     for k, (name, conv, sent, unc) in enumerate(series):
         x = [c.index for c in conv.calls]
         color = "tab:blue" if many else f"C{k % 10}"
@@ -424,6 +501,44 @@ def plot_cumulative(replays: Replays, ax: Axes | None = None, *, title: str | No
     return ax
 
 
+def plot_bill(replays: Replays, ax: Axes | None = None, *, cumulative: bool = False,
+              title: str | None = None) -> Axes:
+    """Draw the input bill of every model call (`CallRecord.billed_input`: uncached input tokens plus the cached
+    ones at the cache model's price, in units of uncached input tokens) with compaction (solid, one colour per
+    replay) and without (dashed, once per distinct series; one grey "no compaction" line when all replays are of
+    the same conversation), with a dot on each call that compacted. A call whose compaction broke the cached
+    prefix shows as a spike above the dashed line.
+
+    Args:
+        replays: {name: ConversationReplay} (or one replay, a list, a `ReplayReport`); x is the call number.
+        ax: the matplotlib Axes to draw on; a new figure (pyplot, 9 x 5 inches) when None.
+        cumulative: draw the bill summed over the calls so far instead of each call's.
+        title: the plot's title (default "Input bill per model call", or "Cumulative input bill").
+
+    Returns:
+        The Axes drawn on.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    ax = _axes(ax)
+    convs = _conversations(replays)
+    _draw(ax, convs, cumulative=cumulative, values=_bills)
+    if len(convs) <= MAX_LABELLED:  # a dot on each call that compacted
+        for k, (_, conv) in enumerate(convs):
+            ys = _cumulative(c.billed_input for c in conv.calls) if cumulative else [c.billed_input for c in conv.calls]
+            hits = [(c.index, y) for c, y in zip(conv.calls, ys) if c.compacted]
+            if hits:
+                ax.plot(*zip(*hits), linestyle="none", marker="o", markersize=4, color=f"C{k % 10}",
+                        label="compacted" if k == 0 else None)
+    price = convs[0][1].cache.cached_price if convs else None
+    unit = "uncached input tokens" + (f"; cached at {price:g}" if price is not None else "")
+    ax.set_ylabel(f"bill so far ({unit})" if cumulative else f"bill ({unit})")
+    ax.set_title(title or ("Cumulative input bill" if cumulative else "Input bill per model call"))
+    ax.legend(fontsize="small")
+    return ax
+
+
 def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | None = None,
                     trigger: float | None = None, *, title: str | None = None,
                     figsize: tuple[float, float] = (13, 5)) -> Figure:
@@ -459,6 +574,7 @@ def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | Non
             raise ValueError(f"replays: {name!r} is not the conversation of {first_name!r} counted the same way: "
                              f"their uncompacted input tokens differ at model call {at}")
     plt = _require("matplotlib.pyplot")
+    fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
     _draw(left, convs, cumulative=False)
     if window is not None:

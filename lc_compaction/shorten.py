@@ -1,29 +1,61 @@
 """The last resort: cut messages in place when no strategy can make the history fit the budget.
 
-A cut message keeps its id, type, `tool_call_id` and tool calls; its text is cut at the end and a marker says
-how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
-`{"kind": "shortened", "original_chars": n, "removed_blocks": [...]}`. Content blocks keep their structure:
-text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and media blocks
-(images, files, audio) are removed, oldest first and only as many as needed, when cutting the text alone cannot
-get the message small enough; the marker names them.
+A cut message keeps its id, type, `tool_call_id` and tool calls (their ids and names); its text is cut at the end
+and a marker says how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
+`{"kind": "shortened", "original_chars": n, "removed_blocks": [...], "cut_tool_calls": [...]}`. With offload on, the
+original is written to the store before the cut is used (`lc_compaction.offload`): the marker then also names the
+recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`. Content blocks keep
+their structure: text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and
+media blocks (images, files, audio) are removed, oldest first and only as many as needed, when cutting the text
+alone cannot get the message small enough; the marker names them.
+
+Tool-call arguments are cut last, when the text and the media alone cannot make the message fit (a `write_file`
+call whose arguments exceed the window): they stay a JSON object in `tool_calls[i]["args"]` with every top-level
+key, long strings are cut at the end with `markers.ARGUMENT_CUT_MARKER`, long lists and objects below the top
+level keep their first items and say how many went (`markers.ITEMS_CUT_MARKER`), so `ChatOpenAI` sends them as
+it sends any call (`json.dumps(args)`). The content blocks that repeat a call (Anthropic `tool_use` input,
+LangChain `tool_call` args, OpenAI Responses `function_call` arguments) are cut the same way; an invalid call's raw
+argument string is cut like a string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from lc_compaction._content import MEDIA_BLOCKS  # re-exported: part of this module's API
-from lc_compaction._content import block_text, block_type, is_media, with_block_text
+from lc_compaction._content import (
+    TOOL_CALL_BLOCKS,
+    arguments_text,
+    block_text,
+    block_type,
+    is_media,
+    with_block_text,
+)
 from lc_compaction.ladder import LadderState
-from lc_compaction.markers import MARK_KEY, SHORTENED_MARKER
+from lc_compaction.markers import (
+    ARGUMENT_CUT_MARKER,
+    ITEMS_CUT_KEY,
+    ITEMS_CUT_MARKER,
+    MARK_KEY,
+    SHORTENED_MARKER,
+)
+from lc_compaction.offload import recall_hint
 from lc_compaction.progress import note_lines, terse_note
-from lc_compaction.structure import is_request
+from lc_compaction.structure import is_request, tool_calls_of
 
 MIN_TOKENS_TO_CUT = 50
 """A message of this many tokens or fewer is never cut (the marker alone costs about 20 tokens)."""
+
+MIN_ARGUMENT_CHARS_TO_CUT = 100
+"""A tool-call argument string of this many characters or fewer is never cut (paths, ids, names: what makes the
+call meaningful; the marker alone is about 90 characters)."""
+
+MIN_ITEMS_TO_CUT = 8
+"""A list or object inside tool-call arguments with this many items or fewer keeps them all (it may still have
+its strings cut)."""
 
 
 def text_length(content: Any) -> int:
@@ -40,20 +72,157 @@ def media_count(content: Any) -> int:
     return sum(1 for b in content if is_media(b))
 
 
-def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False) -> BaseMessage:
+def _marker(removed: int, removed_blocks: Sequence[str], recall: str | None, what: str) -> str:
+    """The marker, on its own line: how many characters went, the media blocks removed, and with `recall` (the
+    original's store key) how to read the original back."""
+    note = SHORTENED_MARKER.format(removed=removed)
+    if removed_blocks:
+        note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
+    if recall is not None:
+        note = note[:-1] + f" {recall_hint(recall, what)}]"
+    return note
+
+
+def arguments_length(message: BaseMessage) -> int:
+    """Characters of the tool-call arguments of a message as the wire carries them (`_content.arguments_text`)."""
+    return sum(len(arguments_text(tc.get("args"))) for tc in tool_calls_of(message))
+
+
+def cut_arguments(args: Any, fraction: float) -> tuple[Any, int]:
+    """`args` (a tool call's arguments) cut to about `fraction` (0 to 1) of their size, and the characters removed.
+
+    A dict stays a dict with every top-level key; strings longer than `MIN_ARGUMENT_CHARS_TO_CUT` keep their first
+    `fraction` of characters and end with `ARGUMENT_CUT_MARKER`; below the top level, a list or object of more than
+    `MIN_ITEMS_TO_CUT` items keeps its first `fraction` of them and says how many went (`ITEMS_CUT_MARKER`, as a last
+    list item or under `ITEMS_CUT_KEY`). Numbers, booleans, None and short strings are kept. A string (an invalid
+    call's raw arguments) is cut like a string. Never raises; the result is JSON-serializable when `args` is.
+    """
+    return _cut_value(args, max(0.0, min(1.0, fraction)), 0)
+
+
+def _cut_value(value: Any, fraction: float, depth: int) -> tuple[Any, int]:
+    if isinstance(value, str):
+        if len(value) <= MIN_ARGUMENT_CHARS_TO_CUT:
+            return value, 0
+        keep = int(len(value) * fraction)
+        marker = ARGUMENT_CUT_MARKER.format(removed=len(value) - keep)
+        if keep + len(marker) >= len(value):
+            return value, 0  # the cut would not be shorter
+        return value[:keep] + marker, len(value) - keep
+    if depth > 32:
+        return value, 0  # no RecursionError on hostile nesting: left as it is
+    if isinstance(value, dict):
+        items = list(value.items())
+        removed, dropped = 0, 0
+        if depth and len(items) > MIN_ITEMS_TO_CUT:
+            keep = int(len(items) * fraction)
+            gone = sum(len(arguments_text({k: v})) for k, v in items[keep:])
+            if gone > len(ITEMS_CUT_MARKER) + len(ITEMS_CUT_KEY) + 16:  # only when the cut is shorter
+                removed, dropped = gone, len(items) - keep
+                items = items[:keep]
+        out: dict[Any, Any] = {}
+        for k, v in items:
+            out[k], r = _cut_value(v, fraction, depth + 1)
+            removed += r
+        if dropped:
+            out[ITEMS_CUT_KEY] = ITEMS_CUT_MARKER.format(removed=dropped)
+        return out, removed
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        removed, dropped = 0, 0
+        if len(items) > MIN_ITEMS_TO_CUT:
+            keep = int(len(items) * fraction)
+            gone = sum(len(arguments_text(v)) + 2 for v in items[keep:])
+            if gone > len(ITEMS_CUT_MARKER) + 16:  # only when the cut is shorter
+                removed, dropped = gone, len(items) - keep
+                items = items[:keep]
+        cut = []
+        for v in items:
+            new, r = _cut_value(v, fraction, depth + 1)
+            cut.append(new)
+            removed += r
+        if dropped:
+            cut.append(ITEMS_CUT_MARKER.format(removed=dropped))
+        return cut, removed
+    return value, 0
+
+
+def _cut_calls(message: BaseMessage, fraction: float) -> tuple[dict[str, Any], list[str], int]:
+    """The update that cuts every tool call's arguments of `message` (`cut_arguments`), the ids of the calls cut,
+    and the characters removed. Content blocks that repeat a call (same id) get the same cut."""
+    update: dict[str, Any] = {}
+    cut_ids: list[str] = []
+    removed = 0
+    by_id: dict[str, Any] = {}
+    for field_name in ("tool_calls", "invalid_tool_calls"):
+        calls = list(getattr(message, field_name, None) or [])
+        new_calls = []
+        for tc in calls:
+            args = tc.get("args")
+            new_args, r = cut_arguments(args, fraction) if args is not None else (args, 0)
+            if r:
+                removed += r
+                cut_ids.append(tc.get("id") or "")
+                if isinstance(tc.get("id"), str):
+                    by_id[tc["id"]] = new_args
+                tc = {**tc, "args": new_args}
+            new_calls.append(tc)
+        if calls:
+            update[field_name] = new_calls
+    content = message.content
+    if by_id and isinstance(content, list):
+        blocks = []
+        for block in content:
+            if isinstance(block, dict) and block_type(block) in TOOL_CALL_BLOCKS:
+                cid = block.get("call_id") if block.get("call_id") in by_id else block.get("id")
+                if isinstance(cid, str) and cid in by_id:
+                    block = _with_block_args(block, by_id[cid])
+            blocks.append(block)
+        update["content"] = blocks
+    return update, cut_ids, removed
+
+
+def _with_block_args(block: dict[str, Any], args: Any) -> dict[str, Any]:
+    """A tool-call content block with `args` as its arguments, in its own field and form."""
+    for key in ("input", "args"):
+        if key in block:
+            return {**block, key: args}
+    if "arguments" in block:  # OpenAI Responses: a JSON string
+        return {**block, "arguments": args if isinstance(args, str) else arguments_text(args)}
+    return block
+
+
+def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False,
+            args_fraction: float | None = None, recall: str | None = None) -> BaseMessage:
     """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
 
     Args:
-        message: any message (its id, type, tool_call_id and tool calls are kept).
+        message: any message (its id, type, tool_call_id and tool-call ids and names are kept).
         keep_chars: characters of text to keep, >= 0.
         drop_media: remove image / file / audio / non-text document blocks (named in the marker): True for all,
             a number N for the first N of them (the oldest), False for none.
+        args_fraction: cut each tool call's arguments to about this fraction (0 to 1) of their size
+            (`cut_arguments`; the cut is marked inside them); None (default) leaves them whole.
+        recall: the store key of the original when it is offloaded (`LadderState.recall_key`): the marker says
+            how to recall it.
+
+    The content gets its marker when something of it was removed; `response_metadata["lc_compaction"]` says what
+    was cut (`original_chars` of text, `removed_blocks`, `cut_tool_calls` ids and `removed_argument_chars`).
     """
     content = message.content
     original = text_length(content)
     removed_blocks: list[str] = []
+    update: dict[str, Any] = {}
+    cut_ids: list[str] = []
+    removed_args = 0
+    if args_fraction is not None and tool_calls_of(message):
+        update, cut_ids, removed_args = _cut_calls(message, args_fraction)
+        content = update.get("content", content)
+    what = "result" if message.type == "tool" else "message"
     if isinstance(content, str):
-        new_content: Any = content[:keep_chars] + SHORTENED_MARKER.format(removed=max(len(content) - keep_chars, 0))
+        removed = max(len(content) - keep_chars, 0)
+        new_content: Any = content[:keep_chars] + (_marker(removed, (), recall, what)
+                                                   if removed or not cut_ids or recall is not None else "")
     else:
         out: list[Any] = []
         budget = keep_chars
@@ -74,14 +243,17 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
                 out.append(with_block_text(block, text[:budget]))
             budget = 0
         kept = keep_chars - budget
-        note = SHORTENED_MARKER.format(removed=max(original - kept, 0)).strip()
-        if removed_blocks:
-            note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
-        out.append({"type": "text", "text": note})
+        removed = max(original - kept, 0)
+        if removed or removed_blocks or not cut_ids or recall is not None:
+            out.append({"type": "text", "text": _marker(removed, removed_blocks, recall, what).strip()})
         new_content = out
     meta = dict(message.response_metadata or {})
     meta[MARK_KEY] = {"kind": "shortened", "original_chars": original, "removed_blocks": removed_blocks}
-    return message.model_copy(update={"content": new_content, "response_metadata": meta})
+    if cut_ids:
+        meta[MARK_KEY].update(cut_tool_calls=cut_ids, removed_argument_chars=removed_args)
+    if recall is not None:
+        meta[MARK_KEY]["offloaded"] = {}
+    return message.model_copy(update={**update, "content": new_content, "response_metadata": meta})
 
 
 def last_resort(state: LadderState, budget: int) -> None:
@@ -103,7 +275,9 @@ def last_resort(state: LadderState, budget: int) -> None:
         return not isinstance(slots[i].message, SystemMessage) and slots[i].tokens > MIN_TOKENS_TO_CUT
 
     floor = state.fixed_tokens + sum(
-        counter.count_message(shorten(s.message, 0, drop_media=True)) if cuttable(i) else s.tokens
+        counter.count_message(shorten(s.message, 0, drop_media=True, args_fraction=0.0,
+                                      recall=state.recall_key(s.message)))
+        if cuttable(i) else s.tokens
         for i, s in enumerate(slots))
     if floor > budget:
         return
@@ -137,14 +311,16 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
     counter = state.counter
     message, tokens = state.slots[i].message, state.slots[i].tokens
+    recall = state.recall_key(message)
     length = text_length(message.content)
     best = None
     # text first, in proportion to the tokens to shed; then the media blocks one by one (oldest first), each
     # time keeping all the text first
-    for dropped in range(media_count(message.content) + 1):
+    media = media_count(message.content)
+    for dropped in range(media + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=dropped)
+            candidate = shorten(message, keep, drop_media=dropped, recall=recall)
             if counter.count_message(candidate) <= want:
                 best = candidate
                 break
@@ -153,13 +329,46 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
             keep = int(keep * 0.8)
         if best is not None:
             break
+    if best is None and tool_calls_of(message):
+        # nothing else fits: the tool-call arguments too, the text first cut to what the budget needs
+        best = _cut_arguments_to_fit(message, want, length, media, counter.count_message, recall)
     if best is None:
-        best = shorten(message, 0, drop_media=True)
+        best = shorten(message, 0, drop_media=True, args_fraction=0.0 if tool_calls_of(message) else None,
+                       recall=recall)
     if counter.count_message(best) < tokens:
-        removed = best.response_metadata[MARK_KEY]["removed_blocks"]
+        mark = best.response_metadata[MARK_KEY]
+        removed = mark["removed_blocks"]
+        args = mark.get("removed_argument_chars")
         state.replace(i, best, strategy="last_resort", kind="shortened",
                       detail=f"message alone over the budget: cut from {length:,} characters of text"
-                             + (f", removed {', '.join(removed)}" if removed else ""))
+                             + (f", removed {', '.join(removed)}" if removed else "")
+                             + (f", {args:,} characters of tool-call arguments cut" if args else ""))
 
 
-__all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_TOKENS_TO_CUT", "last_resort", "media_count", "shorten", "text_length"]
+def _cut_arguments_to_fit(message: BaseMessage, want: int, length: int, media: int,
+                          count: Callable[[BaseMessage], int], recall: str | None) -> BaseMessage | None:
+    """The cut of `message` with its media removed and its tool-call arguments cut that costs at most `want`
+    tokens, keeping as much of the text (then of the arguments) as it can; None when no cut is small enough."""
+    args_len = max(arguments_length(message), 1)
+    bare = shorten(message, 0, drop_media=True, args_fraction=0.0, recall=recall)
+    if count(bare) > want:
+        return None
+    # the text: all of it, else in proportion, with the arguments at their smallest
+    keep = length
+    while count(shorten(message, keep, drop_media=media or False, args_fraction=0.0, recall=recall)) > want and keep:
+        keep = int(keep * 0.8)
+    # then as much of the arguments as fits beside it (binary search on the fraction kept)
+    lo, hi = 0.0, 1.0
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if count(shorten(message, keep, drop_media=media or False, args_fraction=mid, recall=recall)) <= want:
+            lo = mid
+        else:
+            hi = mid
+    if lo * args_len < 1:
+        lo = 0.0
+    return shorten(message, keep, drop_media=media or False, args_fraction=lo, recall=recall)
+
+
+__all__: Sequence[str] = ["MEDIA_BLOCKS", "MIN_ARGUMENT_CHARS_TO_CUT", "MIN_ITEMS_TO_CUT", "MIN_TOKENS_TO_CUT",
+                          "arguments_length", "cut_arguments", "last_resort", "media_count", "shorten", "text_length"]

@@ -2,14 +2,23 @@
 
 Words used throughout (all positions are indices into one `list[BaseMessage]`):
 
-- **tool block**: an `AIMessage` with `tool_calls` and the run of `ToolMessage`s right after it that
-  answer those calls (parallel calls included). It is never split: removed whole or kept whole.
+- **tool block**: an `AIMessage` with tool calls and the run of `ToolMessage`s right after it that
+  answer those calls (parallel calls included). It is never split: removed whole or kept whole. Its calls are
+  `tool_calls` and `invalid_tool_calls` (a call whose arguments did not parse): langchain-openai sends both as
+  `tool_calls` on the wire (`_lc_invalid_tool_call_to_openai_tool_call`: id, name, the raw argument string), and
+  `langchain.agents.create_agent` answers each invalid call with an error ToolMessage before middleware runs, so
+  an invalid call and its result are one unit like any tool pair (see `tool_calls_of`).
+- **pairing** follows the wire format (OpenAI's Chat Completions, Anthropic's Messages): a ToolMessage answers
+  a call of the closest `AIMessage` with tool calls before it, by position. A tool-call id is unique within one
+  AIMessage, not across the history: OpenAI-compatible servers that number calls per assistant turn send
+  `call_0` in every turn, and the provider accepts it. Nothing here is keyed by a tool-call id globally.
 - **step**: the smallest run a strategy may remove without breaking provider order rules: a request
-  (`HumanMessage`), a lone `SystemMessage`, or a run of assistant messages that ends with a tool block
-  (or at the next request). Because a removed step always ends after a `ToolMessage` or before a
-  `HumanMessage`, every `AIMessage` with tool calls that follows it is still preceded by a user or tool
-  turn (Gemini's rule).
-- **exchange**: a user request and everything up to the next request. Summary messages are not requests.
+  (`HumanMessage`), a lone `SystemMessage` (or a mid-history one sent as a `HumanMessage`), or a run of
+  assistant messages that ends with a tool block (or at the next request). Because a removed step always ends
+  after a `ToolMessage` or before a `HumanMessage`, every `AIMessage` with tool calls that follows it is still
+  preceded by a user or tool turn (Gemini's rule).
+- **exchange**: a user request and everything up to the next request. Summary messages and mid-history system
+  messages sent as `HumanMessage`s are not requests.
 
 The invariant check (`check_invariants`) is the one place the rules live; the ladder runs it after every
 strategy and the tests use an independent copy.
@@ -20,12 +29,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from lc_compaction._content import TOOL_CALL_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
-from lc_compaction.markers import MARK_KEY, is_summary
+from lc_compaction.markers import MARK_KEY, is_converted_system, is_summary
 
 ViolationKind = Literal[
     "orphan_tool_result",
@@ -91,15 +101,34 @@ class CompactionInvariantError(AssertionError):
 
 
 def is_request(message: BaseMessage) -> bool:
-    """A user request: a HumanMessage that is not a summary."""
-    return kind(message) == HUMAN and not is_summary(message)
+    """A user request: a HumanMessage that is not a summary, nor a mid-history SystemMessage sent as a
+    HumanMessage (`normalize_system_messages`: an instruction, kept like the system prompt)."""
+    return kind(message) == HUMAN and not is_summary(message) and not (
+        message.additional_kwargs and is_converted_system(message))
+
+
+_CALL_FIELDS = ("tool_calls", "invalid_tool_calls")
+"""The fields of an AIMessage whose entries are tool calls on the wire (langchain-openai's `_convert_message_to_dict`
+sends `tool_calls` then `invalid_tool_calls`, in that order)."""
+
+
+def tool_calls_of(message: BaseMessage) -> list[dict[str, Any]]:
+    """The tool calls an AIMessage makes on the wire, in the wire's order: its `tool_calls` (args a dict), then its
+    `invalid_tool_calls` (args the raw string the model wrote, or None); empty for other messages."""
+    if kind(message) != AI:
+        return []
+    ai = cast(AIMessage, message)
+    calls, invalid = ai.tool_calls, ai.invalid_tool_calls
+    out = cast(list[dict[str, Any]], list(calls) if calls else [])  # ToolCall TypedDicts: dicts of their fields
+    if invalid:
+        out.extend(cast(list[dict[str, Any]], invalid))
+    return out
 
 
 def call_ids(message: BaseMessage) -> list[str]:
-    """The ids of an AIMessage's `tool_calls` (empty for other messages)."""
-    if kind(message) == AI and message.tool_calls:  # type: ignore[attr-defined]
-        return [tc.get("id") or "" for tc in message.tool_calls]  # type: ignore[attr-defined]
-    return []
+    """The ids of the tool calls an AIMessage makes (`tool_calls_of`; "" for a call without an id), in order;
+    empty for other messages."""
+    return [tc.get("id") or "" for tc in tool_calls_of(message)]
 
 
 def tool_block_end(messages: Sequence[BaseMessage], i: int) -> int:
@@ -129,7 +158,7 @@ def open_tool_block_start(messages: Sequence[BaseMessage]) -> int:
     calls = set(call_ids(messages[j - 1]))
     if not calls or tool_block_end(messages, j - 1) != n:
         return n
-    answered = {m.tool_call_id for m in messages[j:]}  # type: ignore[attr-defined]
+    answered = {cast(ToolMessage, m).tool_call_id for m in messages[j:]}  # the block's ToolMessages
     return n if answered == calls else j - 1
 
 
@@ -140,46 +169,73 @@ def _block_end(messages: Sequence[BaseMessage], kinds: Sequence[str], i: int, of
     if not ids:
         return j
     n = len(messages)
-    while j < n and kinds[j - offset] == TOOL and messages[j].tool_call_id in ids:  # type: ignore[attr-defined]
+    while j < n and kinds[j - offset] == TOOL and cast(ToolMessage, messages[j]).tool_call_id in ids:
         j += 1
     return j
+
+
+def tool_pairs(messages: Sequence[BaseMessage]) -> dict[int, tuple[int, str]]:
+    """Which call each ToolMessage answers, by the wire's rule: {index of the ToolMessage: (index of its AIMessage,
+    call id)} for each ToolMessage in the run right after an AIMessage with a call of its id (the first result of
+    a call only). ToolMessages that answer no call so (orphans, results out of place) are left out. O(n)."""
+    out: dict[int, tuple[int, str]] = {}
+    block, open_ids = -1, set()
+    for i, m in enumerate(messages):
+        k = kind(m)
+        if k == TOOL:
+            tcid = cast(ToolMessage, m).tool_call_id
+            if block >= 0 and tcid in open_ids:
+                open_ids.discard(tcid)
+                out[i] = (block, tcid)
+            continue
+        ids = call_ids(m) if k == AI else []
+        block, open_ids = (i if ids else -1), set(ids)
+    return out
 
 
 def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     """Check the whole list against the pairing and order rules; return every violation (empty when valid).
 
-    Rules (OpenAI, Anthropic and Gemini reject requests that break them):
-    - every ToolMessage answers a tool call of the nearest AIMessage before it, in the unbroken run of
-      ToolMessages right after that AIMessage (no orphans, results adjacent to their call);
-    - every tool call has exactly one result (no dangling calls, no duplicate results);
+    Rules (OpenAI, Anthropic and Gemini reject requests that break them), pairing by position (see the module
+    docstring):
+    - every ToolMessage answers a tool call of the closest AIMessage with tool calls before it, in the unbroken
+      run of ToolMessages right after that AIMessage (no orphans, results adjacent to their call);
+    - every tool call has exactly one result (no dangling calls, no duplicate results); the calls of one
+      AIMessage have distinct, non-empty ids (the same id in another AIMessage is fine);
     - the first non-system message is a HumanMessage; no SystemMessage after the first non-system message;
     - no RemoveMessage (a graph-state instruction, never model input).
 
-    Cost: one pass, O(len(messages)).
+    Every violation is one `repair_history` repairs. Cost: one pass, O(len(messages)).
     """
     out: list[Violation] = []
     seen_non_system = False
-    open_calls: dict[str, int] = {}  # call id -> index of its AIMessage, for the current block
-    answered: set[str] = set()
-    all_calls: dict[str, int] = {}
-    in_block = False
+    block = -1  # index of the AIMessage whose run of results we are in (-1: none)
+    open_calls: dict[str, int] = {}  # calls of `block` not answered yet -> its index
+    latest_call: dict[str, int] = {}  # call id -> index of the latest AIMessage that made it (results out of place)
+    answered: set[tuple[int, str]] = set()  # (AIMessage index, call id) answered
     for i, m in enumerate(messages):
         k = kind(m)
         if k == REMOVE:
             out.append(Violation("remove_message", i, detail="RemoveMessage is a state update, not a message"))
             continue
         if k == TOOL:
-            tcid = m.tool_call_id  # type: ignore[attr-defined]
+            tcid = cast(ToolMessage, m).tool_call_id
             if not tcid:
-                out.append(Violation("missing_tool_call_id", i))
-            elif tcid in answered:
-                out.append(Violation("duplicate_tool_result", i, tcid))
-            elif tcid in open_calls and in_block:
-                answered.add(tcid)
+                out.append(Violation("missing_tool_call_id", i, detail="a ToolMessage without tool_call_id"))
+            elif block >= 0 and tcid in open_calls:
+                answered.add((block, tcid))
                 del open_calls[tcid]
-            elif tcid in all_calls:
-                out.append(Violation("tool_result_not_adjacent", i, tcid, f"its call is in message {all_calls[tcid]}"))
-                answered.add(tcid)
+            elif block >= 0 and (block, tcid) in answered:
+                out.append(Violation("duplicate_tool_result", i, tcid,
+                                     f"its call in message {block} is answered already"))
+            elif tcid in latest_call:
+                owner = latest_call[tcid]
+                if (owner, tcid) in answered:
+                    out.append(Violation("duplicate_tool_result", i, tcid,
+                                         f"its call in message {owner} is answered already"))
+                else:
+                    out.append(Violation("tool_result_not_adjacent", i, tcid, f"its call is in message {owner}"))
+                    answered.add((owner, tcid))
             else:
                 out.append(Violation("orphan_tool_result", i, tcid, "no AIMessage before it made this call"))
             if not seen_non_system:
@@ -190,7 +246,7 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
         for tcid, ai_index in open_calls.items():
             out.append(Violation("dangling_tool_call", ai_index, tcid, "no ToolMessage answers it"))
         open_calls = {}
-        in_block = False
+        block = -1
         if k == SYSTEM:
             if seen_non_system:
                 out.append(Violation("system_not_at_start", i))
@@ -198,17 +254,18 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
         if not seen_non_system and k != HUMAN:
             out.append(Violation("first_message_not_human", i, detail=f"first non-system message is {m.type}"))
         seen_non_system = True
-        ids = [tc.get("id") or "" for tc in m.tool_calls] if k == AI and m.tool_calls else ()  # type: ignore[attr-defined]
+        ids = call_ids(m) if k == AI else ()
         if ids:
-            for tcid in ids:
-                if tcid in all_calls or tcid in open_calls:
-                    first = all_calls.get(tcid, open_calls.get(tcid))
+            for n, tcid in enumerate(ids):
+                if not tcid:
+                    out.append(Violation("missing_tool_call_id", i, detail=f"tool call {n} has no id"))
+                elif tcid in open_calls:
                     out.append(Violation("duplicate_tool_call_id", i, tcid,
-                                         f"this tool call id was already used by message {first}"))
-                    continue
-                open_calls[tcid] = i
-                all_calls[tcid] = i
-            in_block = True
+                                         "this id is used by two tool calls of this message"))
+                else:
+                    open_calls[tcid] = i
+                    latest_call[tcid] = i
+            block = i
     for tcid, ai_index in open_calls.items():
         out.append(Violation("dangling_tool_call", ai_index, tcid, "no ToolMessage answers it"))
     return out
@@ -221,97 +278,184 @@ CONVERSATION_START_TEXT = "[lc-compaction: the conversation starts with the assi
 """Content of the HumanMessage that repair puts before a history that starts with an assistant message."""
 
 
-def normalize_system_messages(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+def normalize_system_messages(messages: Sequence[BaseMessage], start: int = 0
+                              ) -> tuple[list[BaseMessage], list[Repair]]:
     """Turn each SystemMessage after the first non-system message into a HumanMessage (same id, same text).
 
     Anthropic and Gemini reject a system message mid-history. Nothing is lost: the content and id are kept
-    and the message is marked `additional_kwargs["lc_compaction"]["converted_from"] = "system"`.
-    Returns the new list and one `Repair` per converted message.
+    and the message is marked `additional_kwargs["lc_compaction"]["converted_from"] = "system"`. Such a message
+    is an instruction, not the user: it is kept like the system prompt (the policy pins it), never starts an
+    exchange and is never "the latest request" (`is_request`).
+
+    Only `messages[start:]` are looked at (the front doors pass the index of the first message added since their
+    previous call: O(new messages) plus the leading system messages). Returns the list itself (no copy) when
+    nothing needs converting, else a new list; and one `Repair` per converted message (input index).
     """
-    out: list[BaseMessage] = []
+    n = len(messages)
+    out = messages if isinstance(messages, list) else list(messages)
+    hits = [i for i in range(start, n) if kind(out[i]) == SYSTEM]
+    if hits:  # mid-history: after the first non-system message (found past the leading system messages)
+        first = next((i for i in range(n) if kind(out[i]) != SYSTEM), n)
+        hits = [i for i in hits if i > first]
+    if not hits:
+        return out, []
+    out = list(out)
     repairs: list[Repair] = []
-    seen_non_system = False
-    for i, m in enumerate(messages):
-        if kind(m) == SYSTEM:
-            if seen_non_system:
-                kwargs = dict(m.additional_kwargs or {})
-                kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "converted_from": "system"}
-                if "summar" in (m.text or "").lower()[:200]:
-                    kwargs.setdefault("lc_source", "summarization")
-                    kwargs[MARK_KEY]["kind"] = "summary"
-                out.append(HumanMessage(content=m.content, id=m.id, name=m.name, additional_kwargs=kwargs))
-                repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
-                continue
-        else:
-            seen_non_system = True
-        out.append(m)
+    for i in hits:
+        out[i] = _as_human(out[i])
+        repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
     return out, repairs
 
 
+def _as_human(m: BaseMessage) -> BaseMessage:
+    """A mid-history SystemMessage as the HumanMessage sent in its place (see `normalize_system_messages`)."""
+    kwargs = dict(m.additional_kwargs or {})
+    kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "converted_from": "system"}
+    if "summar" in (m.text or "").lower()[:200]:
+        kwargs.setdefault("lc_source", "summarization")
+        kwargs[MARK_KEY]["kind"] = "summary"
+    return HumanMessage(content=m.content, id=m.id, name=m.name, additional_kwargs=kwargs)
+
+
 def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
-    """Repair pairing and order defects without losing content; return the new list and the repairs made.
+    """Repair every defect `check_invariants` reports, without losing content; return the new list and the
+    repairs made (indices refer to the input list).
 
     - RemoveMessage (a LangGraph state update, not a message): dropped;
+    - a tool call without an id: given one (`lc_call_{index}_{n}`); an id used by two calls of one AIMessage:
+      the later call gets a new id (`{id}_2`, ...), and so does the ToolMessage of that id that answers it (the
+      second one in the block);
     - orphan ToolMessage (no call before it): removed (there is no call to attach it to);
     - duplicate result: later copies removed;
-    - result separated from its call: moved to the block right after its call;
+    - result separated from its call (the latest AIMessage before it with an unanswered call of that id):
+      moved to the block right after its call;
     - tool call without a result: a ToolMessage with `MISSING_RESULT_TEXT` (status "error") is added;
     - mid-history SystemMessage: sent as a HumanMessage (see `normalize_system_messages`);
     - history starting with an assistant or tool message: a HumanMessage with `CONVERSATION_START_TEXT` is
       put before it.
-    Indices in the repairs refer to the input list.
+    Pairing is by position, as on the wire (see the module docstring): a call id reused in another AIMessage is
+    another call. A ToolMessage without a tool_call_id answers the first call of its block that had no id.
     """
-    from langchain_core.messages import RemoveMessage
-
     msgs, repairs = normalize_system_messages(messages)
-    kept = []
+    items: list[tuple[int, BaseMessage, list[str]]] = []  # (input index, message, its calls' original ids)
     for i, m in enumerate(msgs):
-        if isinstance(m, RemoveMessage):
-            repairs.append(Repair("remove_message_dropped", i, detail="a RemoveMessage is a state update, never model input"))
+        k = kind(m)
+        if k == REMOVE:
+            repairs.append(Repair("remove_message_dropped", i,
+                                  detail="a RemoveMessage is a state update, never model input"))
+            continue
+        originals = call_ids(m) if k == AI else []
+        if originals:
+            m = _with_unique_call_ids(m, i, repairs)
+        items.append((i, m, originals))
+    # pair each ToolMessage with its call: (position in `items` of the AIMessage, call id) -> the result
+    results: dict[tuple[int, str], BaseMessage] = {}
+    moved: list[tuple[int, int, str]] = []  # (input index of the result, input index of its call, call id)
+    block = -1  # position of the AIMessage whose run of results we are in
+    pending: dict[str, list[str]] = {}  # that block's original call ids -> its (new) call ids not answered yet
+    unanswered: dict[str, list[int]] = {}  # call id -> positions of the AIMessages whose call of it has no result
+    for p, (i, m, originals) in enumerate(items):
+        k = kind(m)
+        if k != TOOL:
+            block, pending = (p if originals else -1), {}
+            for original, new in zip(originals, call_ids(m)):
+                pending.setdefault(original, []).append(new)
+                unanswered.setdefault(new, []).append(p)
+            continue
+        tcid = cast(ToolMessage, m).tool_call_id or ""
+        if block >= 0 and pending.get(tcid):
+            owner, target = block, pending[tcid].pop(0)
+            if target != tcid:
+                m = m.model_copy(update={"tool_call_id": target})
+                repairs.append(Repair("tool_call_id_renamed", i, tcid or None,
+                                      f"it answers the call now named {target!r}"))
+        elif block >= 0 and tcid in pending:
+            repairs.append(Repair("duplicate_tool_result_removed", i, tcid))
+            continue
+        elif unanswered.get(tcid):
+            owner, target = unanswered[tcid][-1], tcid
+            moved.append((i, items[owner][0], tcid))
         else:
-            kept.append(m)
-    msgs = kept
-    call_owner: dict[str, int] = {}
-    for i, m in enumerate(msgs):
-        for tcid in call_ids(m):
-            call_owner.setdefault(tcid, i)
-    results: dict[str, BaseMessage] = {}
-    for i, m in enumerate(msgs):
-        if isinstance(m, ToolMessage):
-            tcid = m.tool_call_id
-            if tcid not in call_owner or call_owner[tcid] > i:
-                repairs.append(Repair("orphan_tool_result_removed", i, tcid))
-            elif tcid in results:
-                repairs.append(Repair("duplicate_tool_result_removed", i, tcid))
-            else:
-                results[tcid] = m
+            what = "duplicate_tool_result_removed" if tcid in unanswered else "orphan_tool_result_removed"
+            repairs.append(Repair(what, i, tcid or None))
+            continue
+        unanswered[target].remove(owner)
+        results[(owner, target)] = m
     out: list[BaseMessage] = []
-    for i, m in enumerate(msgs):
-        if isinstance(m, ToolMessage):
+    for p, (i, m, _) in enumerate(items):
+        if kind(m) == TOOL:
             continue  # placed right after their call below
         out.append(m)
-        for tcid in call_ids(m):
-            if call_owner.get(tcid) != i:
-                continue
-            res = results.get(tcid)
+        for tc in tool_calls_of(m):
+            tcid = tc.get("id") or ""
+            res = results.get((p, tcid))
             if res is None:
                 repairs.append(Repair("missing_tool_result_added", i, tcid))
-                name = next((tc.get("name") for tc in m.tool_calls if tc.get("id") == tcid), None)  # type: ignore[attr-defined]
-                res = ToolMessage(content=MISSING_RESULT_TEXT, tool_call_id=tcid, name=name, status="error",
-                                  id=f"lc-compaction-missing-{tcid}")
+                res = ToolMessage(content=MISSING_RESULT_TEXT, tool_call_id=tcid, name=tc.get("name"), status="error",
+                                  id=f"lc-compaction-missing-{m.id or i}-{tcid}")
             out.append(res)
-    # report moved results (their position relative to the call changed)
-    for i, m in enumerate(msgs):
-        if isinstance(m, ToolMessage) and results.get(m.tool_call_id) is m:
-            owner = call_owner[m.tool_call_id]
-            between = msgs[owner + 1:i]
-            if any(not isinstance(x, ToolMessage) for x in between):
-                repairs.append(Repair("tool_result_moved", i, m.tool_call_id, f"moved next to its call in message {owner}"))
-    first = next((k for k, m in enumerate(out) if not isinstance(m, SystemMessage)), None)
-    if first is not None and not isinstance(out[first], HumanMessage):
-        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT, id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
-        repairs.append(Repair("conversation_start_added", first, detail=f"history started with a {out[first + 1].type} message"))
+    for i, owner, tcid in moved:
+        repairs.append(Repair("tool_result_moved", i, tcid, f"moved next to its call in message {owner}"))
+    first = next((k for k, m in enumerate(out) if kind(m) != SYSTEM), None)
+    if first is not None and kind(out[first]) != HUMAN:
+        out.insert(first, HumanMessage(content=CONVERSATION_START_TEXT,
+                                       id=f"lc-compaction-start-{uuid.uuid4().hex[:8]}"))
+        repairs.append(Repair("conversation_start_added", first,
+                              detail=f"history started with a {out[first + 1].type} message"))
     return out, repairs
+
+
+_CALL_BLOCK_ID_KEYS = ("id", "call_id")
+"""Keys under which a content block that repeats a tool call holds the call's id (`function_call`: call_id)."""
+
+
+def _with_unique_call_ids(message: BaseMessage, index: int, repairs: list[Repair]) -> BaseMessage:
+    """`message` (input index `index`) with a distinct, non-empty id for each of its calls; a copy only when one
+    had to change. A call without an id gets `lc_call_{index}_{n}`, a repeated id `{id}_2`, `{id}_3`, ...
+    (letters, digits and `_` only: Anthropic's pattern for tool-use ids). Content blocks that repeat a renamed
+    call (`tool_use`, `tool_call`, `function_call` blocks of that id) are renamed with it, in order."""
+    ids = call_ids(message)
+    if all(ids) and len(set(ids)) == len(ids):
+        return message
+    taken = set(ids)
+    new_ids: list[str] = []
+    seen: set[str] = set()
+    for n, tcid in enumerate(ids):
+        new = tcid
+        if not tcid or tcid in seen:
+            base = tcid or f"lc_call_{index}_{n}"
+            new, k = (base, 2) if not tcid else (f"{base}_2", 2)
+            while new in taken or new in seen:
+                k += 1
+                new = f"{base}_{k}"
+            taken.add(new)
+            repairs.append(Repair("tool_call_id_renamed" if tcid else "tool_call_id_added", index, tcid or None,
+                                  f"tool call {n} now has the id {new!r}"))
+        seen.add(new)
+        new_ids.append(new)
+    update: dict[str, Any] = {}
+    pos = 0
+    for field_name in _CALL_FIELDS:
+        calls = list(getattr(message, field_name, None) or [])
+        update[field_name] = [{**tc, "id": new_ids[pos + n]} for n, tc in enumerate(calls)]
+        pos += len(calls)
+    renames: dict[str, list[str]] = {}
+    for old, new in zip(ids, new_ids):
+        if old:
+            renames.setdefault(old, []).append(new)
+    if isinstance(message.content, list):
+        blocks = []
+        for block in message.content:
+            if isinstance(block, dict) and block_type(block) in TOOL_CALL_BLOCKS:
+                for key in _CALL_BLOCK_ID_KEYS:
+                    value = block.get(key)
+                    queue = renames.get(value) if isinstance(value, str) else None
+                    if queue:
+                        block = {**block, key: queue.pop(0)}
+                        break
+            blocks.append(block)
+        update["content"] = blocks
+    return message.model_copy(update=update)
 
 
 class Step(NamedTuple):
@@ -338,13 +482,16 @@ def split_steps(messages: Sequence[BaseMessage]) -> list[Step]:
             steps.append(Step(i, i + 1, "system"))
             i += 1
         elif k == HUMAN:
-            steps.append(Step(i, i + 1, "summary" if is_summary(m) else "request"))
+            steps.append(Step(i, i + 1, "summary" if is_summary(m) else "system" if is_converted_system(m)
+                              else "request"))
             i += 1
         else:
             start = i
             while i < n and kinds[i] != HUMAN and kinds[i] != SYSTEM:
                 m = messages[i]
-                end = _block_end(messages, kinds, i) if kinds[i] == AI and m.tool_calls else i + 1  # type: ignore[attr-defined]
+                ai = cast(AIMessage, m)
+                calls = kinds[i] == AI and (ai.tool_calls or ai.invalid_tool_calls)
+                end = _block_end(messages, kinds, i) if calls else i + 1
                 i = end
                 if kinds[end - 1] == TOOL:
                     break  # a step ends after a tool block
@@ -395,6 +542,7 @@ def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = N
             if m.id and repairs is not None:
                 repairs.append(Repair("duplicate_id_replaced", i, detail=f"id {m.id!r} was already used"))
             m = m.model_copy(update={"id": str(uuid.uuid4())})
-        seen.add(m.id)  # type: ignore[arg-type]
+        assert m.id is not None  # kept when new, else given a fresh one just above
+        seen.add(m.id)
         out.append(m)
     return out

@@ -221,7 +221,7 @@ def starts_with(prefix: list[Any], messages: Sequence[Any], *, adopt: bool = Fal
                 same = prefix == messages
             finally:
                 del prefix[n:]
-    except Exception:  # an exotic field whose == raises (an array in additional_kwargs): not the same
+    except Exception:  # noqa: BLE001 - an exotic field whose == raises (an array in additional_kwargs): not the same
         return False
     if same and adopt and (prefix[0] is not messages[0] or prefix[-1] is not messages[n - 1]):
         prefix[:] = messages[:n]
@@ -296,7 +296,7 @@ def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: Count
     `start`: the caller's own `tally_prefix(messages, counter, tally)`, when it already has it."""
     if start is None:
         start = tally_prefix(messages, counter, tally)
-    total = tally.tokens if start else 0  # type: ignore[union-attr]
+    total = tally.tokens if start and tally is not None else 0  # start > 0 only with a tally
     fill_missing_ids(messages, start)
     for m in messages[start:]:
         c = counter.count_message(m)

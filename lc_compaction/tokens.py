@@ -10,8 +10,8 @@ text differs):
 * ``MESSAGE_OVERHEAD_TOKENS`` (3) + the role's text (``system``/``user``/``assistant``/``tool``) + the name's text
   and ``NAME_OVERHEAD_TOKENS`` (1) when ``name`` is set -- the OpenAI cookbook's rules (see the constants).
 * the content: a string is encoded; a list of blocks is counted block by block (text, reasoning, tool-use, image,
-  file, unknown blocks: see :meth:`StructuredCounter.count_content`).  Images and files cost a bounded amount,
-  never anything proportional to their base64 size.
+  file; a block of an unknown kind by its JSON text, keys included: see :meth:`StructuredCounter.count_content`).
+  Images and files cost a bounded amount, never anything proportional to their base64 size.
 * an AI message's ``tool_calls``: name + the arguments as langchain-openai sends them (``json.dumps(args,
   ensure_ascii=False)``) + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
   (``invalid_tool_calls``: name + the raw argument string + the same overhead).  A content block that repeats a
@@ -203,18 +203,14 @@ def encoding_name_for_model(model_name: str | None) -> str:
 # Walking unknown structures (the block kinds are in _content.py)
 # ---------------------------------------------------------------------------------------------------------------
 
-_SKIPPED_KEYS = frozenset({"type", "id", "index", "signature", "encrypted_content", "data", "base64", "extras",
-                           "cache_control", "tool_use_id", "tool_call_id", "call_id", "file_id", "mime_type"})
-"""Keys whose values are not counted in unknown blocks: discriminators, ids, and binary or opaque payloads."""
-
 _MAX_DEPTH = 32
 """Nesting depth beyond which unknown structures are not walked further (no RecursionError on hostile input)."""
 
 
 def _arguments_json(value: Any) -> str:
-    """A tool call's arguments as OpenAI receives them: ``json.dumps(args, ensure_ascii=False)`` (default
-    separators, ", " and ": "), which is what langchain-openai sends (``_lc_tool_call_to_openai_tool_call``);
-    a string (already serialized, e.g. invalid_tool_calls) as it is."""
+    """A tool call's arguments as OpenAI receives them (``_content.arguments_text``: ``json.dumps(args,
+    ensure_ascii=False)``, default separators ", " and ": ", as langchain-openai sends them; a string, the raw
+    arguments of an invalid call, as it is)."""
     if isinstance(value, str):
         return value
     try:
@@ -357,8 +353,10 @@ class StructuredCounter:
         (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
         ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
         the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); files,
-        documents, audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); unknown
-        blocks -> the text of their string values, skipping ids and binary payloads.  Never raises.
+        documents, audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); a dict
+        block of an unknown kind (Bedrock Converse's ``{"type": "json", "json": {...}}`` tool-result block, a
+        block without a type) and the value of a ``non_standard`` block -> the tokens of their JSON text, keys
+        included, binary-looking strings left out (see ``_json_tokens``).  Never raises.
         """
         return self._content_tokens(content, call_ids, 0)
 
@@ -382,7 +380,7 @@ class StructuredCounter:
             return self._value_tokens(block, depth)
         btype = block.get("type")
         if not isinstance(btype, str) or btype not in KNOWN_BLOCKS:
-            return self._value_tokens(block, depth)
+            return self._json_tokens(block, depth)
         if btype in TEXT_BLOCKS:
             return self._field_text(block.get("text"), depth)
         if btype == "refusal":
@@ -409,8 +407,8 @@ class StructuredCounter:
             return self._image_block_tokens(block)
         if btype in FILE_BLOCKS or btype in PLAIN_TEXT_FILE_BLOCKS:
             return self._file_block_tokens(block, call_ids, depth)
-        # non_standard
-        return self._value_tokens(block.get("value"), depth)
+        # non_standard: a provider's own block, sent as it is
+        return self._json_tokens(block.get("value"), depth)
 
     def _field_text(self, value: Any, depth: int) -> int:
         if isinstance(value, str):
@@ -488,31 +486,57 @@ class StructuredCounter:
         return total + FILE_BLOCK_TOKENS
 
     def _value_tokens(self, value: Any, depth: int) -> int:
-        """Tokens of the text inside an unknown structure: strings (not binary-looking), numbers; ids skipped."""
+        """Tokens of a value found where text was expected: a string (0 when binary-looking), a number's digits,
+        a dict or list by its JSON text (`_json_tokens`)."""
         if depth > _MAX_DEPTH or value is None or isinstance(value, bool):
             return 0
         if isinstance(value, str):
             return 0 if looks_binary(value) else self.count_text(value)
         if isinstance(value, (int, float)):
             return self.count_text(str(value))
-        if isinstance(value, dict):
-            btype = value.get("type")
-            total = 0
-            if isinstance(btype, str) and btype in KNOWN_BLOCKS:
-                return self._block_tokens(value, frozenset(), depth + 1)
-            for key, item in value.items():
-                if isinstance(key, str) and key in _SKIPPED_KEYS:
-                    continue
-                total += self._value_tokens(item, depth + 1)
-            return total
-        if isinstance(value, (list, tuple)):
-            return sum(self._value_tokens(item, depth + 1) for item in value)
+        if isinstance(value, (dict, list, tuple)):
+            return self._json_tokens(value, depth)
         if isinstance(value, (bytes, bytearray, memoryview)):
             return 0
         try:
             return self.count_text(str(value))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - an exotic object whose str() raises counts 0: counting never fails
             return 0
+
+    def _json_tokens(self, value: Any, depth: int) -> int:
+        """Tokens of the JSON text of an unknown structure (``json.dumps(value, ensure_ascii=False)``: keys,
+        quotes and punctuation included), as a provider that receives it as JSON reads it. Binary-looking strings
+        (base64, ``data:`` URLs: `_content.looks_binary`) count as empty strings, bytes too; a nested dict of a
+        known block kind (an image inside a provider's wrapper) costs what that block costs instead; nesting
+        beyond `_MAX_DEPTH` is not walked."""
+        nested = 0
+
+        def plain(v: Any, d: int) -> Any:
+            nonlocal nested
+            if d > _MAX_DEPTH:
+                return None
+            if isinstance(v, str):
+                return "" if looks_binary(v) else v
+            if v is None or isinstance(v, (bool, int, float)):
+                return v
+            if isinstance(v, dict):
+                btype = v.get("type")
+                if d and isinstance(btype, str) and btype in KNOWN_BLOCKS:
+                    nested += self._block_tokens(v, frozenset(), depth + d)
+                    return None
+                return {k if isinstance(k, (str, int, float, bool)) or k is None else str(k): plain(x, d + 1)
+                        for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [plain(x, d + 1) for x in v]
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                return ""
+            return str(v)
+
+        try:
+            text = json.dumps(plain(value, 0), ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError):
+            return nested
+        return self.count_text(text) + nested
 
 
 class TiktokenCounter(StructuredCounter):

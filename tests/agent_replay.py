@@ -32,7 +32,7 @@ from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMR
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -245,6 +245,9 @@ def wire_tokens(messages: Sequence[BaseMessage], tools: Sequence[dict] | None = 
             total += 1 + len(enc.encode(m.name))
         for tc in getattr(m, "tool_calls", None) or []:
             total += 3 + len(enc.encode(tc["name"])) + len(enc.encode(json.dumps(tc["args"], separators=(",", ":"))))
+        for tc in getattr(m, "invalid_tool_calls", None) or []:  # sent as tool calls, raw arguments
+            raw = tc.get("args") or ""
+            total += 3 + len(enc.encode(tc.get("name") or "")) + len(enc.encode(raw, disallowed_special=()))
     for t in tools or []:
         total += len(enc.encode(json.dumps(t, separators=(",", ":"))))
     return total
@@ -293,7 +296,8 @@ def check_stored_history(replay: Replay, turn: int, stored: list[BaseMessage], *
     sent = [m for m in last_input if include_system or not isinstance(m, SystemMessage)]
     assert [_ident(m) for m in stored[:-1]] == [_ident(m) for m in sent], \
         f"{where}: the stored history is not the last model input"
-    assert stored[-1].id == replay.turns[turn].replies[-1].id, f"{where}: the stored history does not end with the reply"
+    assert stored[-1].id == replay.turns[turn].replies[-1].id, (
+        f"{where}: the stored history does not end with the reply")
     known = {m.id for m in full}
     strangers = [m.id for m in stored if m.id not in known and not default_is_summary(m)]
     assert not strangers, f"{where}: stored messages that are neither recorded nor summaries: {strangers}"
@@ -307,7 +311,8 @@ class ScriptedOpenAIServer:
     """A local OpenAI-compatible server on 127.0.0.1 (a free port) for `ChatOpenAI(base_url=server.base_url)`.
 
     `POST /v1/chat/completions` answers with the next scripted reply (an `AIMessage`, text and tool calls, or a
-    string; `default` once the script is used up), as one JSON completion or, when the request asks
+    string; `default` once the script is used up; its `invalid_tool_calls` go out as tool calls with their raw
+    arguments), as one JSON completion or, when the request asks
     `stream: true`, as server-sent events. Every request body is kept in `requests` (parsed JSON).
     Use it as a context manager (starts and stops the server thread).
     """
@@ -330,6 +335,9 @@ class ScriptedOpenAIServer:
             return reply, []
         calls = [{"id": tc["id"], "type": "function",
                   "function": {"name": tc["name"], "arguments": json.dumps(tc["args"])}} for tc in reply.tool_calls]
+        # an invalid tool call of the script goes out with its raw (malformed) arguments, as a model wrote them
+        calls += [{"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["args"]}}
+                  for tc in reply.invalid_tool_calls]
         return reply.text, calls
 
     def _handler(self) -> type:
@@ -341,7 +349,7 @@ class ScriptedOpenAIServer:
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 outer.requests.append(body)
                 text, calls = outer._next()
@@ -396,6 +404,16 @@ class ScriptedOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+LOOKUP_RESULT = "record " + "lorem ipsum dolor " * 120
+"""What `lookup` returns after its query: about 500 tokens."""
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"{q}: {LOOKUP_RESULT}"
 
 
 class EventLog(BaseCallbackHandler):

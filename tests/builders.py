@@ -119,3 +119,28 @@ def lookups(counter: Any) -> int:
     message counted, found or not."""
     info = counter.cache_info()
     return info["hits"] + info["misses"]
+
+
+# ------------------------------------------------------------------------------------- summarizer histories
+def reservation_turn(k: int, result_words: int = 120) -> list[BaseMessage]:
+    """A user request naming a reservation, the lookup tool call (id `call{k}`), its (long) result and the answer
+    (id `b{k}`)."""
+    record = " ".join(f"seat{j % 9} row{j % 30} meal{j % 4}" for j in range(result_words // 3))
+    return tool_exchange(k, f"Request {k}: please check reservation RES{k:03d}Q and seat map.",
+                         f'{{"reservation_id": "RES{k:03d}Q", "amount": {1000 + k}, "notes": "{record}"}}',
+                         f"Reservation RES{k:03d}Q is confirmed for you.", tool="get_reservation",
+                         args={"reservation_id": f"RES{k:03d}Q"}, call_id=f"call{k}", answer_id=f"b{k}")
+
+
+def reservation_history(turns: int, result_words: int = 120) -> list[BaseMessage]:
+    return conversation("You are a travel agent.", (reservation_turn(k, result_words) for k in range(turns)))
+
+
+def lookups_history() -> list:
+    """Fourteen reservation lookups with long results (the summarizer wire tests' history)."""
+    record = " ".join(f"seat{j % 9} row{j % 30}" for j in range(90))
+    return conversation("You are an airline agent.", (
+        tool_exchange(k, f"Request {k}: check reservation RES{k:03d}Q.",
+                      f'{{"reservation_id": "RES{k:03d}Q", "notes": "{record}"}}', f"RES{k:03d}Q is confirmed.",
+                      tool="get_reservation", args={"reservation_id": f"RES{k:03d}Q"}, answer_id=f"b{k}")
+        for k in range(14)))

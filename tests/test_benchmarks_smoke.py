@@ -30,9 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = shared_dir() / "traces"
 
 SECTIONS = ("## Machine", "## Targets (issue 7)", "## Histories", "## Steady state", "## Compaction when it fires",
-            "### fill 0.85", "### fill 2.0", "## Counting accuracy", "## Where the time goes", "## How it is measured")
-OURS_STEADY = ("CompactionNode rewrite, exact", "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)",
-               "CompactionNode view, exact", "CompactionMiddleware rewrite, exact", "CompactionNode rewrite, approximate")
+            "### fill 0.85", "### fill 2.0", "## The bill under the provider's prompt cache (issue 13)",
+            "## Counting accuracy", "## Where the time goes", "## How it is measured")
+BILL_WINDOWS = (8_000, 32_000)
+BILL_CONVERSATIONS = 3  # per file: the bill table replays 9 conversations here, all of them by default
+OURS_STEADY = ("CompactionNode rewrite, exact",
+               "CompactionNode rewrite, exact, first call of a run (history from a checkpoint)",
+               "CompactionNode view, exact", "CompactionMiddleware rewrite, exact",
+               "CompactionNode rewrite, approximate")
 ANCHORS_STEADY = ("SummarizationMiddleware.before_model", "trim_messages (last, approximate)",
                   "ClearToolUsesEdit.apply (approximate)", "ContextEditingMiddleware.wrap_model_call",
                   "exact recount (TiktokenCounter, no cache)",
@@ -48,7 +53,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
         [sys.executable, "benchmarks/run.py", "--sizes", "60", "--repeat", "1", "--warmup", "0", "--budget", "0",
-         "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json")],
+         "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json"),
+         "--bill-windows", ",".join(str(w) for w in BILL_WINDOWS), "--identifier-windows", "4000",
+         "--bill-conversations", str(BILL_CONVERSATIONS)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (out / "RESULTS.md").read_text(encoding="utf-8"), json.loads((out / "results.json").read_text())
@@ -91,6 +98,31 @@ def test_targets_and_machine_are_reported(run):
     assert meta["cpu"] and meta["cores"] >= 1 and meta["python"].startswith(sys.version.split()[0])
     assert meta["packages"]["langchain-core"] != "not installed"
     assert meta["date"][:4] in markdown.split("## Machine")[0]
+
+
+def test_bill_table_has_every_row_at_every_window_asked(run):
+    markdown, results = run
+    from benchmarks.bill import ROWS
+
+    bill = results["bill"]
+    assert bill["conversations"] == BILL_CONVERSATIONS * len(trace_files())
+    assert list(bill["windows"]) == [str(w) for w in BILL_WINDOWS]
+    assert bill["cache_model"]["cached_price"] == 0.1 and bill["cache_model"]["min_tokens"] == 1_024
+    for window, rows in bill["windows"].items():
+        assert list(rows) == list(ROWS)
+        for name, f in rows.items():
+            assert f["calls"] > 0 and f["bill_ratio"] is not None and f["bill_ratio"] > 0, (window, name)
+            assert f["back_to_back_compactions"] <= f["compactions"] <= f["calls"], (window, name)
+            assert f["fitting_conversations_bill_raised"] <= f["fitting_conversations"] <= bill["conversations"]
+            assert f"| {int(window):,} | " in markdown and name in markdown
+    # the same calls are replayed by every row: their uncompacted bills agree
+    for rows in bill["windows"].values():
+        assert len({round(f["billed_input_uncompacted"], 1) for f in rows.values()}) == 1
+    ids = results["identifiers"]
+    assert list(ids["windows"]) == ["4000"] and ids["conversations"] == BILL_CONVERSATIONS
+    for f in ids["windows"]["4000"].values():
+        assert 0 <= f["identifiers_held"] <= f["identifiers_so_far"] and f["identifiers_so_far"] > 0
+    assert "Goals of issue 13" in markdown
 
 
 def test_accuracy_covers_every_shared_conversation(run):
@@ -174,3 +206,18 @@ def test_chatopenai_convention_is_what_chatopenai_sends(conv_id):
     assert [m["role"] for m in wire] == [m["role"] for m in record.messages]
     if conv_id.startswith("tau-bench"):  # the recording's compact JSON is re-serialized with spaces
         assert reference_tokens(record.messages, enc, "name + args (recorded)") < sent
+
+
+def test_bill_only_writes_the_bill_tables_without_timing(tmp_path: Path):
+    out = tmp_path / "BILL.md"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/run.py", "--bill-only", "--bill-windows", "8000", "--identifier-windows", "",
+         "--bill-conversations", "2", "--traces", str(TRACES), "--output", str(out),
+         "--json", str(tmp_path / "b.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    markdown = out.read_text(encoding="utf-8")
+    assert "| 8,000 | **default policy** |" in markdown and "Goals of issue 13" in markdown
+    assert "## Steady state" not in markdown and "## Machine" not in markdown
+    tables = json.loads((tmp_path / "b.json").read_text())
+    assert set(tables) == {"bill"} and tables["bill"]["conversations"] == 2 * len(trace_files())

@@ -32,6 +32,8 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
     ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
     messages_from_dict,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
@@ -39,6 +41,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 import lc_compaction
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TiktokenCounter, TruncateToolResults, compact
+from lc_compaction import is_dropped_marker
 from lc_compaction.integrations.chat_history import CompactingChatMessageHistory
 from lc_compaction.markers import make_summary_message, summary_text
 from tests.builders import tool_exchange
@@ -348,6 +351,79 @@ def test_summarize_with_a_chat_model_is_called_per_compaction_not_per_turn() -> 
     checker.assert_nothing_lost(inner.messages, history.archive.messages)
 
 
+# --------------------------------------------------------------- every input form RunnableWithMessageHistory passes
+FORMS = [  # one chain input per turn, in each form langchain_core.messages.convert_to_messages accepts
+    [("human", "Where is order A-1001?")],
+    [{"role": "user", "content": "And A-1002?"}],
+    ["Thanks. And A-1003?"],
+    [HumanMessage("And A-1004?", id="h4")],
+    [("system", "Answer in one line."), ["user", "And A-1005?"]],
+]
+
+
+def _chain_turns(history: BaseChatMessageHistory, *, history_key: bool, use_async: bool,
+                 caplog: pytest.LogCaptureFixture) -> list[list[tuple]]:
+    """Run FORMS through prompt | fake model with `history`; the model_view of every model input."""
+    replies = [AIMessage(f"Reply {i}.", id=f"r{i}") for i in range(len(FORMS))]
+    chain = chain_over(history, SystemMessage("You are a support agent."), replies, history_key=history_key)
+    recorder = ModelInputs()
+    config = {"configurable": {"session_id": "s"}, "callbacks": [recorder]}
+
+    async def run_all() -> None:
+        for turn in FORMS:
+            await chain.ainvoke({"messages": list(turn)}, config)
+
+    with caplog.at_level("WARNING"):
+        if use_async:
+            asyncio.run(run_all())
+        else:
+            for turn in FORMS:
+                chain.invoke({"messages": list(turn)}, config)
+    assert not [r for r in caplog.records if "callback" in r.getMessage()], "a history callback failed"
+    assert len(recorder.calls) == len(FORMS)
+    return [[model_view(m) for m in call] for call in recorder.calls]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
+@pytest.mark.parametrize("history_key", [False, True], ids=["shared-key", "history-key"])
+def test_chain_input_in_every_message_form_is_stored_and_sent_again(use_async: bool, history_key: bool,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """`{"messages": [("human", "...")]}` and the other forms convert_to_messages accepts (dicts, strings,
+    message objects, 2-item lists): the wrapper stores each turn's input and reply as messages, and every model
+    call receives the history, exactly as with LangChain's own InMemoryChatMessageHistory."""
+    inner = memory_history()
+    ours = _chain_turns(CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=16_000)),
+                        history_key=history_key, use_async=use_async, caplog=caplog)
+    theirs = _chain_turns(memory_history(), history_key=history_key, use_async=use_async, caplog=caplog)
+    assert ours == theirs
+    stored = inner.messages
+    assert all(isinstance(m, BaseMessage) for m in stored)
+    expected = [m for i, turn in enumerate(FORMS) for m in [*convert_to_messages(turn), AIMessage(f"Reply {i}.")]]
+    assert [model_view(m) for m in stored] == [model_view(m) for m in expected]
+    assert [m.id for m in stored if m.id in ("h4", "r0", "r4")] == ["r0", "h4", "r4"]
+    # the last model input holds every earlier turn: the history was sent, not only the new input
+    assert ours[-1][1:] == [model_view(m) for m in expected[:-1]]
+
+
+def test_a_recorded_conversation_given_as_openai_dicts_is_compacted_and_kept_whole() -> None:
+    """A tau-bench conversation whose every chain input is OpenAI-format dicts (tool calls and results
+    included), at a window that compacts: each model input fits and passes the oracle, and the inner history
+    holds every message added, as messages, in order."""
+    history = wrapped(memory_history(), TAU)
+    system, calls = conversation(TAU)
+    checker = TurnChecker(system, history.policy.budget_tokens())
+    chain = chain_over(history, system, [out for _, out in calls], history_key=False)
+    recorder = ModelInputs()
+    for inputs, output in calls:
+        dicts = [{**d, "id": m.id} for d, m in zip(convert_to_openai_messages(inputs), inputs)]  # ids: the oracle's
+        assert all(isinstance(d, dict) for d in dicts)
+        chain.invoke({"messages": dicts}, {"configurable": {"session_id": "s"}, "callbacks": [recorder]})
+        checker.check(recorder.calls[-1], inputs, output)
+    assert checker.compacted_calls >= 3
+    assert all(isinstance(m, BaseMessage) for m in history.inner.messages)
+    checker.assert_kept_everything(history.inner.messages)
+
+
 # ----------------------------------------------------------------------------- the view: stable and cheap
 def test_reads_are_stable_and_cost_only_the_new_messages() -> None:
     """Reading twice without an add returns equal lists of the same messages and counts nothing; a read after
@@ -391,12 +467,12 @@ def test_strategies_run_once_per_compaction_not_on_every_read() -> None:
     _, calls = conversation(TAU)
     for inputs, output in calls[:20]:
         history.add_messages([*inputs, output])
-    history.messages
+    _ = history.messages
     calls_after_compaction = summary.sync_calls
     assert calls_after_compaction >= 1
     for i in range(3):
         history.add_messages([HumanMessage(f"short question {i}", id=f"q{i}"), AIMessage("short answer", id=f"r{i}")])
-        history.messages
+        _ = history.messages
     assert summary.sync_calls == calls_after_compaction
 
 
@@ -417,7 +493,7 @@ def test_a_second_process_reading_the_sqlite_file_sees_the_same_view(tmp_path: P
         history.add_messages([*inputs, output])
         added += len(inputs) + 1
         if n % 5 == 2:
-            history.messages
+            _ = history.messages
     (open_call,) = calls[23][1].tool_calls  # the history ends with an open tool call: answer it, with no id
     history.add_message(ToolMessage("A result stored without an id.", tool_call_id=open_call["id"]))
     view = history.messages
@@ -517,10 +593,10 @@ def test_an_invalid_history_names_the_message_in_the_inner_history() -> None:
         for i in range(start, start + n):
             history.add_messages([HumanMessage(f"request {i} " + "x " * 60, id=f"h{i}"),
                                   AIMessage(f"answer {i} " + "y " * 60, id=f"a{i}")])
-            history.messages
+            _ = history.messages
 
     inner = memory_history()
-    history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000))
+    history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000, repair=False))
     fill(history, 0, 12)
     orphan_at = len(inner.messages)
     history.add_message(ToolMessage("a result nobody asked for", tool_call_id="nobody", id="orphan"))
@@ -534,6 +610,9 @@ def test_an_invalid_history_names_the_message_in_the_inner_history() -> None:
     view = repaired.messages
     assert "orphan" not in [m.id for m in view]
     assert "orphan" in [m.id for m in inner.messages]
+    # the default (repair=None) repairs too
+    default = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000))
+    assert [m.id for m in default.messages] == [m.id for m in view]
 
 
 class FlakyHistory(InMemoryChatMessageHistory):
@@ -570,8 +649,9 @@ def test_a_failed_write_back_restores_the_inner_history(read: str) -> None:
     assert [m.id for m in inner.messages] == [m.id for m in everything]
     view = messages()
     assert [m.id for m in inner.messages] == [m.id for m in view] and len(view) < len(everything)
-    kept = {m.id for m in inner.messages} | {m.id for m in history.archive.messages}
+    kept = {m.id for m in inner.messages if not is_dropped_marker(m)} | {m.id for m in history.archive.messages}
     assert kept == {m.id for m in everything}
+    assert sum(map(is_dropped_marker, inner.messages)) == 1  # where the old exchanges were dropped
 
 
 def test_clear_empties_the_inner_history_and_the_view_but_keeps_the_archive() -> None:
@@ -579,7 +659,7 @@ def test_clear_empties_the_inner_history_and_the_view_but_keeps_the_archive() ->
     history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=1_000), persist=True)
     for i in range(12):
         history.add_messages([HumanMessage(f"request {i} " + "x " * 60), AIMessage(f"answer {i} " + "y " * 60)])
-    history.messages
+    _ = history.messages
     archived = list(history.archive.messages)
     assert archived
     history.clear()
@@ -604,9 +684,17 @@ def test_constructor_and_add_errors_name_the_problem() -> None:
     with pytest.raises(ValueError, match="archive"):
         CompactingChatMessageHistory(inner, policy, persist=True, archive=inner)
     history = CompactingChatMessageHistory(inner, policy)
-    with pytest.raises(TypeError, match=r"messages\[1\]"):
-        history.add_messages([HumanMessage("ok"), {"role": "user", "content": "a dict"}])  # type: ignore[list-item]
-    assert inner.messages == []
+    for bad, words in [({"role": "robot", "content": "x"}, "dict: Unexpected message type: 'robot'"),
+                       (("human",), "tuple: Message as a sequence must be"), (3, "int: Unsupported message type")]:
+        with pytest.raises(TypeError, match=r"messages\[2\]: cannot be converted") as info:
+            history.add_messages([HumanMessage("ok"), ("ai", "fine"), bad])  # type: ignore[list-item]
+        assert words in str(info.value)
+        with pytest.raises(TypeError, match=r"messages\[2\]"):
+            asyncio.run(history.aadd_messages([HumanMessage("ok"), ("ai", "fine"), bad]))  # type: ignore[list-item]
+    for whole in ("hello", HumanMessage("hello"), {"role": "user", "content": "hello"}):
+        with pytest.raises(TypeError, match="expected a list of messages"):
+            history.add_messages(whole)  # type: ignore[arg-type]
+    assert inner.messages == []  # nothing of a rejected batch was added
 
 
 # ------------------------------------------------------------------------- deprecation and layering
@@ -729,7 +817,7 @@ def test_a_redaction_made_between_the_read_and_the_write_back_is_not_overwritten
                             AIMessage(f"a{n} " + "blah " * 300, id=f"a{n}")])
     length = len(inner.stored)
     inner.armed = True
-    history.messages  # reads, compacts, then finds the inner history changed: no write-back
+    _ = history.messages  # reads, compacts, then finds the inner history changed: no write-back
     assert history.last_result is not None and history.last_result.compacted
     assert len(inner.stored) == length
     assert inner.stored[0].content == "my card is [REDACTED]"

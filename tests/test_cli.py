@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from langchain_core.messages import AIMessage, convert_to_messages, messages_from_dict, messages_to_dict
 
+from lc_compaction import is_dropped_marker
 from lc_compaction.cli import main
 from lc_compaction.tokens import TiktokenCounter
 from lc_compaction.traces import bundled_traces
@@ -169,7 +170,8 @@ def test_compact_keeps_langchain_format_and_ids(tmp_path: Path):
     assert result.exit_code == 0, result.output
     out = messages_from_dict(json.loads(result.stdout))
     ids = {m.id for m in trace.messages}
-    assert out and all(m.id in ids for m in out)
+    assert out and all(m.id in ids for m in out if not is_dropped_marker(m))
+    assert sum(map(is_dropped_marker, out)) == 1  # where exchanges were dropped (recognized by its text too)
     check_all_structural(trace.messages, out)
     report = json.loads(result.stderr)
     assert report["messages_after"] == len(out) and report["compacted"]
@@ -207,3 +209,135 @@ def test_replay_with_the_summarizer_reports_identifiers_kept_without_the_guard()
 def test_unknown_strategy_is_a_usage_error():
     res = CliRunner().invoke(main, ["replay", "--strategies", "truncate,shrink"])
     assert res.exit_code == 2 and "shrink" in res.output
+
+
+# ------------------------------------------------------------------ input formats, run as the installed command
+def _cli(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+    """The installed `lc-compaction` console script in a subprocess (bytes in, bytes out)."""
+    exe = Path(sys.executable).with_name("lc-compaction")
+    return subprocess.run([str(exe), *args], input=input, capture_output=True, timeout=180, check=False)
+
+
+def _ids_in(value: object) -> list[str]:
+    """Every string anywhere in a JSON value (the ids a report names, among other text)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _ids_in(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _ids_in(v)]
+    return []
+
+
+def test_compact_and_replay_on_non_utf8_input_exit_2_naming_line_and_byte(tmp_path: Path):
+    line = json.loads(bundled_traces()[1].read_text("utf-8").splitlines()[0])
+    good = json.dumps(line["messages"][:2], indent=1).encode("utf-8")
+    bad = good.replace(b'"content"', b'"c\xe9ntent"', 3)  # a Latin-1 byte in the third "content"
+    at = bad.index(b"\xe9")
+    line_no, byte = bad.count(b"\n", 0, at) + 1, at - (bad.rfind(b"\n", 0, at) + 1)
+    assert line_no > 1
+    src = tmp_path / "latin1.json"
+    src.write_bytes(bad)
+    for args, given, name in [(("compact", str(src)), None, str(src)), (("compact", "-"), bad, "<stdin>"),
+                              (("replay", str(src)), None, str(src))]:
+        proc = _cli(*args, input=given)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, err
+        assert err.strip() == f"Error: {name} line {line_no}: not UTF-8 text (byte {byte})"
+        assert proc.stdout == b""
+
+
+def test_compact_reads_trace_jsonl_and_writes_jsonl_that_replay_reads(tmp_path: Path):
+    src = bundled_traces()[0]  # two conversations, one a line
+    records = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
+    proc = _cli("compact", str(src), "--max-input-tokens", "3000")
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.decode().splitlines()
+    assert len(lines) == len(records)
+    counter = TiktokenCounter("gpt-4o")
+    compacted = 0
+    for record, out_line in zip(records, lines):
+        out = json.loads(out_line)
+        assert {k: v for k, v in out.items() if k != "messages"} == {k: v for k, v in record.items()
+                                                                       if k != "messages"}
+        given, messages = convert_to_messages(record["messages"]), convert_to_messages(out["messages"])
+        check_all_structural(given, messages)
+        assert counter.count_messages(messages) <= 3000 - 300
+        # compacted: fewer tokens (a running tool loop keeps every message: its old results become notes)
+        compacted += counter.count_messages(messages) < counter.count_messages(given)
+    assert compacted >= 1
+    # the output is trace JSONL again: replay reads it, one conversation a line, ids kept
+    out_file = tmp_path / "compacted.jsonl"
+    out_file.write_bytes(proc.stdout)
+    replayed = _cli("replay", str(out_file), "--json", "--max-input-tokens", "3000")
+    assert replayed.returncode == 0, replayed.stderr.decode()
+    by_conv = json.loads(replayed.stdout)["files"][0]["by_conversation"]
+    assert [c["id"] for c in by_conv] == [r["id"] for r in records]
+
+
+def test_replay_reads_a_json_list_of_messages_like_the_same_conversation_as_jsonl(tmp_path: Path):
+    record = json.loads(bundled_traces()[1].read_text("utf-8").splitlines()[0])
+    as_list = tmp_path / "one.json"
+    as_list.write_text(json.dumps(record["messages"], indent=2), encoding="utf-8")
+    as_line = tmp_path / "one.jsonl"
+    as_line.write_text(json.dumps({"messages": record["messages"]}) + "\n", encoding="utf-8")
+    runs = [_cli("replay", str(p), "--json", "--max-input-tokens", "4000") for p in (as_list, as_line)]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr.decode()
+    from_list, from_line = (json.loads(proc.stdout) for proc in runs)
+    assert from_list["model_calls"] == sum(m["role"] == "assistant" for m in record["messages"])
+    assert from_list["files"][0]["by_conversation"][0]["id"] == "one"
+    for key in ("model_calls", "compactions", "tokens_sent_uncompacted", "tokens_sent", "peak_input_tokens"):
+        assert from_list[key] == from_line[key], key
+
+
+def test_compact_report_names_every_removed_message_once():
+    from lc_compaction.traces import load_traces
+
+    given = load_traces(bundled_traces()[1])[0].messages  # every message with an id
+    proc = _cli("compact", "--max-input-tokens", "3000", "--report",
+                input=json.dumps(messages_to_dict(given)).encode())
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = messages_from_dict(json.loads(proc.stdout))
+    report = json.loads(proc.stderr)
+    removed = [m.id for m in given if m.id not in {o.id for o in out}]
+    assert removed, "the window is small enough to remove messages"
+    named = [i for a in report["actions"] if a["kind"] in ("removed", "summarized", "folded")
+             for i in a["message_ids"]]
+    assert sorted(named) == sorted(removed)  # each removed id in exactly one removal action
+    truncated = {i for a in report["actions"] if a["kind"] == "truncated" for i in a["message_ids"]}
+    everywhere = _ids_in(report)
+    for i in removed:
+        assert everywhere.count(i) == 1 + (i in truncated), i  # and nowhere else (truncated first: once more)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (b"hello", "line 1: expected a JSON list of messages or JSONL"),
+    (b"\n\n  [{\"role\": \"user\", \"content\": \"hi\"},\n {\"role\": \"user\", \"content\": 3}]",
+     ": [1].content: expected a string"),
+    (b"[{\"role\": \"user\", \"content\": \"hi\"},\n {\"role\": \"user\"", "line 2: not valid JSON"),
+    (b"[{\"type\": \"human\", \"data\": {\"content\": \"hi\"}}, {\"type\": \"robot\", \"data\": {}}]",
+     ": [1]: not a LangChain message dict"),
+    (b"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n[1]\n", "line 2: expected a JSON object"),
+    (b"  \n", "no conversations"),
+])
+def test_compact_and_replay_name_what_is_wrong_with_the_input(tmp_path: Path, text: bytes, words: str):
+    src = tmp_path / "in.json"
+    src.write_bytes(text)
+    for proc in (_cli("compact", str(src)), _cli("replay", str(src))):
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, err
+        assert err.startswith(f"Error: {src}") and words in err and "Traceback" not in err
+
+
+def test_compact_keeps_a_pretty_printed_trace_object_an_object(tmp_path: Path):
+    record = json.loads(bundled_traces()[1].read_text("utf-8").splitlines()[0])
+    src = tmp_path / "trace.json"
+    src.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    proc = _cli("compact", str(src), "--max-input-tokens", "4000")
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout)
+    assert out["id"] == record["id"] and out["source"] == record["source"]
+    given = convert_to_messages(record["messages"])
+    check_all_structural(given, convert_to_messages(out["messages"]))
+    assert len(out["messages"]) < len(record["messages"])

@@ -16,7 +16,7 @@ from lc_compaction import (
     is_truncated,
     pin_message,
 )
-from lc_compaction.markers import SHORTENED_MARKER, TRUNCATION_PREFIX
+from lc_compaction.markers import SHORTENED_MARKER, TRUNCATION_PREFIX, is_dropped_marker
 from lc_compaction.structure import check_invariants
 from tests.builders import ai_call, conversation, history, lookups, tool_result, tool_turn
 
@@ -288,5 +288,8 @@ def test_a_compaction_after_a_tallied_call_does_not_recount_the_prefix():
     before = lookups(counter)
     result = compact(grown, small, tally=first.tally)
     assert result.triggered and result.actions
-    assert lookups(counter) - before == 4
+    markers = sum(is_dropped_marker(m) for m in result.messages)
+    assert markers == 1
+    # the 4 new messages, and the drop marker: its cost once when the drop is planned, once when it is put in
+    assert lookups(counter) - before == 4 + 1 + markers
     assert result.tokens_after == counter.count_messages(result.messages)

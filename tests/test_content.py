@@ -117,7 +117,7 @@ def test_content_text_names_non_text_blocks_and_reply_text_keeps_only_written_te
     content = ["bare", {"type": "text", "text": "visible"}, MEDIA[0], THINKING[0],
                {"type": "output_text", "text": "out"}, {"type": "input_text", "text": "in"}]
     readable = content_text(content)
-    assert readable.split("\n") == ["bare", "visible", "[image]", "[thinking]", "out", "in"]
+    assert readable.split("\n") == ["bare", "visible", "[image: inline image/png data]", "[thinking]", "out", "in"]
     assert PAYLOAD not in readable
     assert content_text([{"text": "untyped"}, {"no": "text"}]) == "untyped\n[block]"
     assert reply_text(AIMessage(content)) == "bare" + "visible" + "out"  # no reasoning, media or input text

@@ -7,9 +7,10 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from lc_compaction.markers import make_summary_message
+from lc_compaction.markers import fence, make_summary_message
 from lc_compaction.strategies.facts import (
     FACTS_PREFIX,
+    TOOL_FACTS_PREFIX,
     FactGuard,
     Identifier,
     contains,
@@ -112,8 +113,8 @@ def test_guard_appends_only_missing_identifiers_and_reports_counts():
     ])
     result = FactGuard().guard("The user sofia_kim_7287 wants to change OBUT9V.", ids, COUNT)
     assert result.kept_by_summary == 2 and result.added == 2 and result.omitted == 0
-    last = result.text.splitlines()[-1]
-    assert last.startswith(FACTS_PREFIX)
+    last = result.text.splitlines()[-1]  # they come from a tool result only: fenced, attributed to it
+    assert last == TOOL_FACTS_PREFIX + fence("gift_card_7480005; 1130", "tool")
     assert parse_facts_line(result.text) == ["gift_card_7480005", "1130"]
     assert result.text.startswith("The user sofia_kim_7287 wants to change OBUT9V.")
 

@@ -5,9 +5,9 @@
   model is a scripted fake chat model, the tools return the recorded results), in rewrite and in view mode.
   After every model call: the input fits the window, passes the oracle's structural checks, keeps the first and
   the latest request. After every turn: the stored history matches the mode.
-- Rewrite mode writes truncations in place (same ids, no RemoveMessage) and anything else as REMOVE_ALL_MESSAGES
-  plus the compacted list; ids are given before removal; the window comes from the model's profile; custom state
-  keys; clear errors.
+- Rewrite mode writes truncations in place (same ids, no RemoveMessage) and removals by id (never
+  REMOVE_ALL_MESSAGES; tests/test_same_step_writes.py has the rest); ids are given before removal; the window comes
+  from the model's profile; custom state keys; clear errors.
 """
 
 from __future__ import annotations
@@ -138,27 +138,30 @@ def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
     assert len(stored[first_changed].content) < len(history[first_changed].content)
 
 
-def test_removal_replaces_the_whole_stored_history() -> None:
+def test_removal_is_written_by_id_never_as_remove_all() -> None:
     history = plain_chat(8, 40)
     node = CompactionNode(max_input_tokens=1_000)
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "r"}}
     updates = [u for u in graph.stream({"messages": history}, config, stream_mode="updates") if "compact" in u]
     written = updates[0]["compact"]["messages"]
-    assert isinstance(written[0], RemoveMessage) and written[0].id == REMOVE_ALL_MESSAGES
-    assert not any(isinstance(m, RemoveMessage) for m in written[1:])
-    kept_ids = [m.id for m in written[1:]]
-    assert len(kept_ids) < len(history) and kept_ids[0] == "h0" and kept_ids[-1] == "last"
+    removals = [m.id for m in written if isinstance(m, RemoveMessage)]
+    assert removals and REMOVE_ALL_MESSAGES not in removals
     stored = graph.get_state(config).values["messages"]
-    assert [m.id for m in stored] == kept_ids + [f"reply{len(kept_ids)}"]
+    kept_ids = [m.id for m in stored[:-1]]
+    assert stored[-1].id == f"reply{len(kept_ids)}"
+    assert kept_ids[0] == "h0" and kept_ids[-1] == "last" and len(kept_ids) < len(history)
+    # exactly the messages that are no longer stored were removed, each once; the others are the input's, in order
+    assert sorted(removals) == sorted({m.id for m in history} - set(kept_ids))
+    assert [i for i in kept_ids if i in {m.id for m in history}] == [m.id for m in history if m.id in kept_ids]
 
 
 def test_messages_without_ids_get_ids_before_any_removal() -> None:
     history = [m.model_copy(update={"id": None}) for m in plain_chat(8, 40)]
     update = CompactionNode(max_input_tokens=1_000).invoke({"messages": history})  # no parent run: no event
-    assert isinstance(update["messages"][0], RemoveMessage)
-    written = update["messages"][1:]
-    assert all(m.id for m in written) and len({m.id for m in written}) == len(written)
+    written = update["messages"]
+    assert written and all(m.id for m in written) and len({m.id for m in written}) == len(written)
+    assert {m.id for m in written} <= {m.id for m in history}  # the ids given in place, before the removal
 
 
 def test_view_mode_leaves_the_state_alone_and_fills_llm_input_messages() -> None:
@@ -239,11 +242,22 @@ def test_missing_messages_key_names_the_key() -> None:
         node.invoke({"messages": [HumanMessage("hi")]})
 
 
-def test_broken_history_raises_naming_the_index() -> None:
+def test_broken_history_raises_naming_the_index_when_repair_is_off() -> None:
     broken = [SystemMessage("s", id="s"), HumanMessage("q " * 400, id="h"),
               ToolMessage("orphan", tool_call_id="nope", id="t")]
     with pytest.raises(InvalidHistoryError, match="message 2.*orphan_tool_result"):
-        CompactionNode(max_input_tokens=300).invoke({"messages": broken})
+        CompactionNode(max_input_tokens=300, repair=False).invoke({"messages": broken})
+
+
+def test_broken_history_is_repaired_by_default_and_the_repair_stored() -> None:
+    """The node repairs by default (a thread is never left unusable): the orphan goes, the repair is in memory."""
+    broken = [SystemMessage("s", id="s"), HumanMessage("q " * 400, id="h"),
+              ToolMessage("orphan", tool_call_id="nope", id="t")]
+    update = CompactionNode(max_input_tokens=300).invoke({"messages": broken})
+    kept = [m.id for m in update["messages"] if not isinstance(m, RemoveMessage)]
+    assert "t" not in kept and "h" in kept
+    assert [(r["kind"], r["index"], r["tool_call_id"]) for r in update["compaction"]["last"]["repairs"]] == [
+        ("orphan_tool_result_removed", 2, "nope")]
 
 
 def test_empty_history_gives_no_update() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction.markers import is_summary, make_summary_message, summary_text
+from lc_compaction.markers import fence, is_summary, make_summary_message, summary_text
 from lc_compaction.strategies.facts import FACTS_PREFIX, parse_facts_line
 from lc_compaction.strategies.ledger import (
     EARLIER_SUMMARY,
@@ -49,7 +49,8 @@ def test_entries_list_requests_tool_calls_with_arguments_and_result_size_and_ans
 def test_error_results_show_their_start_instead_of_their_size():
     msgs = [AIMessage("", tool_calls=[{"name": "update", "args": {}, "id": "c1"}]),
             ToolMessage("Error: not enough seats on flight HAT229", tool_call_id="c1")]
-    assert entries(msgs)[-1] == "- Tool update({}) -> error: Error: not enough seats on flight HAT229"
+    assert entries(msgs)[-1] == ("- Tool update({}) -> error: "
+                                 + fence("Error: not enough seats on flight HAT229", "update"))
 
 
 def test_long_requests_are_shortened_to_one_line():

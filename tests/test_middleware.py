@@ -143,7 +143,8 @@ def test_window_comes_from_the_request_model_profile() -> None:
 def test_window_from_a_model_string(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     mw = CompactionMiddleware(model="openai:gpt-4o-mini")
-    assert mw.policy is not None and mw.policy.max_input_tokens == ChatOpenAI(model="gpt-4o-mini").profile["max_input_tokens"]
+    window = ChatOpenAI(model="gpt-4o-mini").profile["max_input_tokens"]
+    assert mw.policy is not None and mw.policy.max_input_tokens == window
 
 
 def test_settings_errors() -> None:

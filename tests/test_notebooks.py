@@ -6,7 +6,11 @@
 - Drift: the committed cells must be the cells `notebooks/build.py` writes; the committed outputs must come from
   one top-to-bottom run of exactly those cells (recorded digest, execution counts 1..n) and have the same kinds,
   cell by cell, as the fresh run (a printed line, a table, a PNG figure...). The values are not compared:
-  timings and random ids differ from run to run.
+  timings and random ids differ from run to run. In the notebooks of `build.VALUES_COMPARED` (05, a real model)
+  they are, except in the cells tagged `build.MODEL_OUTPUT_TAG`, whose text comes from the model and is not
+  repeatable: there the kinds are compared and the cells' own assertions (which hold for any reply) run.
+- A notebook of `build.REAL_MODEL` starts the llama.cpp server itself: its run is marked like the other tests
+  using that server (slow, xdist group "llama").
 - The issue's rules: the first cell says what the reader will learn; only the public API is imported; figures are
   committed as PNG.
 """
@@ -21,6 +25,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.llama_fixture import LLAMA_MARKS
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -33,8 +39,13 @@ def _load_build():
 
 build = _load_build()
 NAMES = list(build.NOTEBOOKS)
-PUBLIC = re.compile(r"^lc_compaction(\.report|\.integrations(\.\w+)?)?$")
-"""Modules a notebook may import from the package: the top level, the reports, the front doors."""
+PUBLIC = re.compile(r"^lc_compaction(\.report|\.integrations(\.\w+)?|\.testing\.llama_server)?$")
+"""Modules a notebook may import from the package: the top level, the reports, the front doors, the local model."""
+
+
+def _runs(names: list[str]) -> list:
+    """The names as parameters, those that start the real model's server marked like its other tests."""
+    return [pytest.param(n, marks=LLAMA_MARKS) if n in build.REAL_MODEL else n for n in names]
 
 
 def _committed(name: str):
@@ -43,7 +54,9 @@ def _committed(name: str):
 
 def test_every_committed_notebook_has_a_source_and_every_source_is_committed():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(NAMES)
-    assert NAMES == ["01_quickstart", "02_context_over_time", "03_langgraph_agent", "04_chat_history"]
+    assert NAMES == ["01_quickstart", "02_context_over_time", "03_langgraph_agent", "04_chat_history",
+                     "05_real_summarizer"]
+    assert set(build.VALUES_COMPARED) <= set(NAMES) and set(build.REAL_MODEL) <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -68,6 +81,33 @@ def test_drift_is_detected():
     assert any("execution counts" in p for p in build.problems(rerun, name))
 
 
+def test_model_output_tags_are_part_of_the_source():
+    """Untagging a model cell by hand (so its text would be compared) or tagging another is drift."""
+    name = build.VALUES_COMPARED[0]
+    tagged = [i for i, c in enumerate(_committed(name).cells) if build.MODEL_OUTPUT_TAG in c.metadata.get("tags", [])]
+    assert tagged
+    untagged = _committed(name)
+    untagged.cells[tagged[0]].metadata["tags"] = []
+    assert any("differs from notebooks/build.py" in p for p in build.problems(untagged, name))
+
+
+def test_repeatable_outputs_compare_the_text_of_untagged_cells_only():
+    def cell(source: str, text: str, *, tagged: bool = False) -> nbformat.NotebookNode:
+        c = build.model_code(source) if tagged else build.code(source)
+        c.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text),
+                     nbformat.v4.new_output("execute_result", data={"text/plain": text.upper(), "image/png": "x"})]
+        return c
+
+    def notebook(stable: str, model: str) -> nbformat.NotebookNode:
+        return nbformat.v4.new_notebook(cells=[cell("print(1)", stable), build.md("prose"),
+                                               cell("print(model())", model, tagged=True)])
+
+    base = build.repeatable_outputs(notebook("10 messages\n", "a summary"))
+    assert base == [["stdout: 10 messages\n", "10 MESSAGES\n"], None]
+    assert build.repeatable_outputs(notebook("10 messages\n", "another summary")) == base  # the model's text varies
+    assert build.repeatable_outputs(notebook("11 messages\n", "a summary")) != base  # a repeatable value changed
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_first_cell_says_what_the_reader_will_learn(name):
     first = _committed(name).cells[0]
@@ -84,7 +124,7 @@ def test_notebook_imports_only_the_public_api(name):
     assert imported and all(PUBLIC.match(module) for module in imported), imported
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", _runs(NAMES))
 def test_notebook_runs_top_to_bottom_and_matches_its_committed_outputs(name, tmp_path: Path):
     copy = tmp_path / f"{name}.ipynb"
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", copy)
@@ -96,6 +136,8 @@ def test_notebook_runs_top_to_bottom_and_matches_its_committed_outputs(name, tmp
 
     fresh, committed = build.output_kinds(nb), build.output_kinds(_committed(name))
     assert fresh == committed
+    if name in build.VALUES_COMPARED:
+        assert build.repeatable_outputs(nb) == build.repeatable_outputs(_committed(name))
     assert not any(kind == "error" for kinds in fresh for kind in kinds)
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     for cell, kinds in zip(code_cells, fresh):

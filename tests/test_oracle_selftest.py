@@ -64,7 +64,8 @@ def SUM(id, text="Here is a summary of the conversation to date:\n\nThe user ask
 
 def A(id, content="", calls=()):
     return AIMessage(
-        content=content, id=id, tool_calls=[{"name": "search", "args": {"q": c}, "id": c, "type": "tool_call"} for c in calls]
+        content=content, id=id,
+        tool_calls=[{"name": "search", "args": {"q": c}, "id": c, "type": "tool_call"} for c in calls],
     )
 
 
@@ -83,7 +84,8 @@ VALID = [s1, h1, a1, t1, t2, a2, h2]
 
 THINK = {"type": "thinking", "thinking": "let me think", "signature": "sig123456789"}
 a_think = AIMessage(
-    content=[THINK, {"type": "text", "text": "calling"}, {"type": "tool_use", "id": "c9", "name": "search", "input": {}}],
+    content=[THINK, {"type": "text", "text": "calling"},
+             {"type": "tool_use", "id": "c9", "name": "search", "input": {}}],
     tool_calls=[{"name": "search", "args": {}, "id": "c9", "type": "tool_call"}],
     id="at",
 )
@@ -153,7 +155,8 @@ PAIRS = {
     ),
     "summary_is_plain_text": (
         ctx(
-            [s1, SUM("sm", "Here is a summary of the conversation to date:\n\n" + REPLY_BLOCKS[1]["text"] + REPLY_BLOCKS[2]["text"]), h2],
+            [s1, SUM("sm", "Here is a summary of the conversation to date:\n\n"
+                     + REPLY_BLOCKS[1]["text"] + REPLY_BLOCKS[2]["text"]), h2],
             settings={"summary_reply_blocks": REPLY_BLOCKS},
             summarizer_inputs=["..."],
         ),
@@ -162,8 +165,10 @@ PAIRS = {
     ),
     "single_summary": (ctx([s1, SUM("sm"), h2]), ctx([s1, SUM("sm"), SUM("sm2"), h2]), ["output[1]", "output[2]"]),
     "prior_summary_fed_to_summarizer": (
-        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2], summarizer_inputs=["human: User name is Ada; preferred language Lisp.\nhuman: first question"]),
-        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2], summarizer_inputs=["human: first question\nai: the answer"]),
+        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2],
+            summarizer_inputs=["human: User name is Ada; preferred language Lisp.\nhuman: first question"]),
+        ctx([s1, SUM("new"), h2], input=[s1, PRIOR, h1, a2, h2],
+            summarizer_inputs=["human: first question\nai: the answer"]),
         ["input[1]", "'prev'"],
     ),
     "no_resummarize_summary_only": (
@@ -188,7 +193,8 @@ EXTRA_FAILURES = {
     "tool_pairs_atomic": ctx([s1, h1, t2, a2, h2]),  # a result whose call was dropped
     "preserves_system_prompt": ctx([h1, a2, h2]),  # system prompt dropped
     "keeps_latest_human_verbatim": ctx([s1, h1, a1, t1, t2, a2]),  # latest request dropped
-    "summary_is_plain_text": ctx([s1, HumanMessage(content=REPLY_BLOCKS[1:], id="sm", additional_kwargs=SUMMARY_KW), h2]),
+    "summary_is_plain_text": ctx(
+        [s1, HumanMessage(content=REPLY_BLOCKS[1:], id="sm", additional_kwargs=SUMMARY_KW), h2]),
     "ids_present_and_unique": ctx([s1, h1, A("h1", "dup id"), h2]),
     "keeps_tail_verbatim": ctx([s1, h2], settings={"keep": {"messages": 2}}),
     "thinking_leads_active_turn": ctx([s1, h2, A("new", "plain"), a_think, t9], input=THINK_INPUT),
@@ -223,7 +229,8 @@ def test_check_passes_on_good_and_fails_on_bad(name):
 def test_failing_pairs_are_precise():
     """Each hand-made tool-pairing violation breaks only what it claims (plus adjacency, which an orphan or a
     missing result also breaks)."""
-    tool_checks = ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "no_duplicate_tool_results"]
+    tool_checks = ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                   "no_duplicate_tool_results"]
     also_breaks = {"no_orphan_tool_results": {"tool_results_adjacent"}}
     for name in tool_checks:
         bad = PAIRS[name][1]
@@ -249,15 +256,18 @@ def test_error_handling_and_misconfiguration():
     with pytest.raises(ValueError):
         check("no_such_check", ctx(VALID))
     # unchanged_if_under_budget is vacuous over the trigger; keep tail by tokens
-    check("unchanged_if_under_budget", ctx([s1, h2], settings={"trigger": {"messages": 3}, "token_counter": "messages"}))
+    check("unchanged_if_under_budget",
+          ctx([s1, h2], settings={"trigger": {"messages": 3}, "token_counter": "messages"}))
     check("keeps_tail_verbatim", ctx([s1, a2, h2], settings={"keep": {"tokens": 2}, "token_counter": "messages"}))
     with pytest.raises(AssertionError):
         check("keeps_tail_verbatim", ctx([s1, h2], settings={"keep": {"tokens": 2}, "token_counter": "messages"}))
     # summary expected in summarize mode above the trigger
     s13 = {"mode": "summarize", "summary_model": "fixed", "trigger": {"messages": 3}, "token_counter": "messages"}
     with pytest.raises(AssertionError, match="never called"):
-        check("prior_summary_fed_to_summarizer", ctx([s1, PRIOR, h1, a2, h2], input=[s1, PRIOR, h1, a2, h2], settings=s13))
-    s14 = {"mode": "summarize", "summary_model": "blocks", "summary_reply_blocks": REPLY_BLOCKS, "trigger": {"messages": 3}}
+        check("prior_summary_fed_to_summarizer",
+              ctx([s1, PRIOR, h1, a2, h2], input=[s1, PRIOR, h1, a2, h2], settings=s13))
+    s14 = {"mode": "summarize", "summary_model": "blocks", "summary_reply_blocks": REPLY_BLOCKS,
+           "trigger": {"messages": 3}}
     with pytest.raises(AssertionError, match="no new summary"):
         check("summary_is_plain_text", ctx(VALID, settings=s14))
 
@@ -342,7 +352,8 @@ def test_load_cases():
     assert default and {c.settings["mode"] for c in default} <= {"trim", "either"}
     everything = oracle_cases.load_cases(None)
     assert len(everything) == 18 and len({c.id for c in everything}) == 18
-    assert {c.id for c in oracle_cases.load_cases(("summarize",))} | {c.id for c in default} == {c.id for c in everything}
+    summarize_ids = {c.id for c in oracle_cases.load_cases(("summarize",))}
+    assert summarize_ids | {c.id for c in default} == {c.id for c in everything}
     case27 = next(c for c in everything if c.id == "case-27")
     assert all(m.id is None for m in case27.messages)
     first = default[0]
@@ -370,7 +381,8 @@ def test_identity_output_fails_cases_that_need_work():
 def test_fake_summary_models():
     fixed = oracle_cases.fake_summary_model({"summary_model": "fixed"})
     assert isinstance(fixed, BaseChatModel)
-    assert fixed.invoke([SystemMessage("Summarize."), HumanMessage("hello world")]).content == oracle_cases.FIXED_SUMMARY_TEXT
+    reply = fixed.invoke([SystemMessage("Summarize."), HumanMessage("hello world")])
+    assert reply.content == oracle_cases.FIXED_SUMMARY_TEXT
     reply = asyncio.run(fixed.ainvoke([HumanMessage([{"type": "text", "text": "async text"}])]))
     assert isinstance(reply.content, str) and reply.content
     assert len(fixed.inputs) == 2 and "hello world" in fixed.inputs[0] and "async text" in fixed.inputs[1]
@@ -398,6 +410,52 @@ def test_fake_summary_models():
 
 
 @FAST
+@given(histories(prior_summary=True, invalid_calls=True))
+def test_histories_with_invalid_tool_calls_and_their_error_results_are_valid(messages):
+    """An invalid tool call is a call on the wire (langchain-openai sends it as one); its error result answers it."""
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=messages, output=messages))
+
+
+def test_an_invalid_tool_call_is_a_call():
+    bad = AIMessage("", id="ax", invalid_tool_calls=[{"name": "search", "args": '{"q": ', "id": "cx", "error": "e",
+                                                      "type": "invalid_tool_call"}])
+    answer = T("tx", "cx", "Tool call search with id cx could not be executed")
+    run_checks(ALL_STRUCTURAL, ctx([s1, h1, bad, answer, h2]))
+    with pytest.raises(AssertionError, match="'cx'.*dangling"):
+        check("no_dangling_tool_calls", ctx([s1, h1, bad, h2]))
+    with pytest.raises(AssertionError, match="'cx'.*result was removed"):
+        check("tool_pairs_atomic", ctx([s1, h1, bad, h2], input=[s1, h1, bad, answer, h2]))
+
+
+@FAST
+@given(histories(prior_summary=True, reuse_call_ids=True))
+def test_histories_with_call_ids_reused_across_turns_are_valid(messages):
+    """call_0 in every AIMessage: valid on the wire, so every structural check passes."""
+    ids = [m.id for m in messages]
+    assert all(ids) and len(set(ids)) == len(ids)
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=messages, output=messages))
+
+
+def test_pairing_is_by_position_when_ids_are_reused():
+    """A call_0 of turn 2 left without its result is dangling even though turn 1 answered a call_0; a call_0
+    result of turn 1 kept while its call was dropped breaks atomicity; two calls of one id in one AIMessage
+    answered twice are duplicates."""
+    first, r1 = A("x1", "", ["call_0"]), T("r1", "call_0", "turn one")
+    second, r2 = A("x2", "", ["call_0"]), T("r2", "call_0", "turn two")
+    full = [s1, h1, first, r1, h2, second, r2]
+    run_checks(ALL_STRUCTURAL + ["tool_pairs_atomic"], CheckContext(input=full, output=full))
+    with pytest.raises(AssertionError, match="output\\[5\\].*'call_0'.*dangling"):
+        check("no_dangling_tool_calls", ctx([s1, h1, first, r1, h2, second], input=full))
+    with pytest.raises(AssertionError, match="'call_0'.*result was removed"):
+        check("tool_pairs_atomic", ctx([s1, h1, first, h2, second, r2], input=full))
+    twice = A("x3", "", ["call_0", "call_0"])
+    with pytest.raises(AssertionError, match="answered by 2 ToolMessages"):
+        check("no_duplicate_tool_results", ctx([s1, h1, twice, T("u1", "call_0"), T("u2", "call_0")], input=full))
+    with pytest.raises(AssertionError, match="2 calls of this message share"):
+        check("no_dangling_tool_calls", ctx([s1, h1, twice, T("u1", "call_0")], input=full))
+
+
+@FAST
 @given(histories(prior_summary=True))
 def test_generated_histories_are_valid(messages):
     ids = [m.id for m in messages]
@@ -411,13 +469,17 @@ _PRECISE = {
     "dangling_tool_call": ["no_orphan_tool_results", "no_duplicate_tool_results", "tool_results_adjacent"],
     "duplicate_tool_result": ["no_orphan_tool_results", "no_dangling_tool_calls", "tool_results_adjacent"],
     "non_adjacent_tool_result": ["no_orphan_tool_results", "no_dangling_tool_calls", "no_duplicate_tool_results"],
-    "system_in_middle": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "first_non_system_is_human"],
-    "starts_with_ai": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls", "system_only_at_start"],
+    "system_in_middle": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                         "first_non_system_is_human"],
+    "starts_with_ai": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                       "system_only_at_start"],
+    "duplicate_call_id_in_message": ["no_orphan_tool_results", "tool_results_adjacent", "no_dangling_tool_calls",
+                                     "system_only_at_start"],
 }
 
 
 @FAST
-@given(broken_histories())
+@given(broken_histories(reuse_call_ids=None, invalid_calls=None))
 def test_broken_histories_fail_their_check(example):
     messages, defect = example
     assert DEFECT_CHECKS[defect.kind] == defect.check
@@ -457,7 +519,8 @@ def test_oracle_is_independent_of_the_package():
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _summary(text="Here is a summary of the conversation to date:\n\n" + oracle_cases.FIXED_SUMMARY_TEXT, id="summary-1"):
+def _summary(text="Here is a summary of the conversation to date:\n\n" + oracle_cases.FIXED_SUMMARY_TEXT,
+             id="summary-1"):
     return HumanMessage(content=text, id=id, additional_kwargs=dict(SUMMARY_KW))
 
 
@@ -488,7 +551,8 @@ def _correct_outputs(case):
             (_pick(case, "s1", "h2", "a3", "t2", "a4", "h3"), [], None, False),
         ]
     if c == "case-07":
-        merged = SystemMessage(content="You are a travel assistant.\n\nSummary of earlier conversation: 3-day trip.", id="s1")
+        merged = SystemMessage(content="You are a travel assistant.\n\nSummary of earlier conversation: 3-day trip.",
+                               id="s1")
         return [
             (_pick(case, merged, "h2", "a2", "h3"), [], None, False),
             (_pick(case, "s1", _summary(), "h2", "a2", "h3"), fixed_input, None, False),
@@ -510,7 +574,8 @@ def _correct_outputs(case):
         fed = ["human: " + prior.content + "\nhuman: Switch my preferred language to <LANG_2>."]
         return [(_pick(case, "s1", _summary(id="summary-2"), "h3"), fed, None, False)]
     if c == "case-14":
-        text = "Here is a summary of the conversation to date:\n\nUser asked about <MOD_A> and <MOD_B>. <MOD_B> consumes <MOD_A> output."
+        text = ("Here is a summary of the conversation to date:\n\n"
+                "User asked about <MOD_A> and <MOD_B>. <MOD_B> consumes <MOD_A> output.")
         return [(_pick(case, "s1", _summary(text), "a3", "h4"), fixed_input, None, False)]
     if c in ("case-15", "case-16", "case-22"):
         return [(case.fresh_messages(), [], None, False)]
@@ -556,7 +621,8 @@ def _symptom_outputs(case):
     if c == "case-05":
         return _pick(case, _summary(), "a1", "t1", "t2", "t2")
     if c == "case-06":
-        return _pick(case, "s1", SystemMessage(content="Summary: searched <TOPIC_1>.", id="sum"), "a3", "t2", "a4", "h3")
+        return _pick(case, "s1", SystemMessage(content="Summary: searched <TOPIC_1>.", id="sum"),
+                     "a3", "t2", "a4", "h3")
     if c == "case-07":
         return _pick(case, "s1", "h2", "s_sum", "a2", "h3")
     if c == "case-08":

@@ -20,7 +20,8 @@ KEEPS = st.one_of(
     st.tuples(st.just("tokens"), st.integers(0, 3000)),
 )
 COUNTERS = st.sampled_from(["approximate", "messages", "exact"])
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def _policy(window: int, keep, counter: str) -> CompactionPolicy:
@@ -39,7 +40,8 @@ def _last_request(messages):
 
 
 @FAST
-@given(history=histories(max_turns=5, max_steps=3), window=st.integers(200, 20_000), keep=KEEPS, counter=COUNTERS)
+@given(history=st.booleans().flatmap(lambda reuse: histories(max_turns=5, max_steps=3, reuse_call_ids=reuse)),
+       window=st.integers(200, 20_000), keep=KEEPS, counter=COUNTERS)
 def test_invariants_hold_on_generated_histories(history, window, keep, counter):
     policy = _policy(window, keep, counter)
     result = compact(history, policy)
@@ -84,7 +86,7 @@ def test_compacted_history_does_not_compact_again(history, window, keep):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=broken_histories())
+@given(case=broken_histories(reuse_call_ids=None, invalid_calls=None))
 def test_broken_input_raises_naming_index_or_is_repaired(case):
     history, defect = case
     policy = CompactionPolicy(trigger=("messages", 0), keep=("messages", 0), token_counter="approximate")

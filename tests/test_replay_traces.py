@@ -170,14 +170,18 @@ def test_running_request_keeps_every_call(window: int):
     folded = excused = 0
     for conv_id, recording in _traces().items():
         note_cut = False  # the last resort cut a progress note of this conversation (after making it terse)
+        terse = False  # the last resort made a progress note of this conversation terse (in this call or earlier)
 
         def on_call(record, history_in, result, conv_id=conv_id, recording=recording):
-            nonlocal folded, excused, note_cut
+            nonlocal folded, excused, note_cut, terse
             assert check_invariants(result.messages) == []
             folded += sum(a.kind == "folded" for a in result.actions)
             hosts = {m.id for m in result.messages if isinstance(m, AIMessage) and "progress note" in m.text}
             cuts = [a for a in result.actions if a.strategy == "last_resort" and set(a.message_ids) & hosts]
-            note_cut = note_cut or (len(cuts) >= 2 and result.tokens_after > 0.9 * policy.budget_tokens())
+            made_terse = [a for a in cuts if "made terse" in a.detail]
+            terse = terse or bool(made_terse)
+            cut_after_terse = terse and len(cuts) > len(made_terse)
+            note_cut = note_cut or (cut_after_terse and result.tokens_after > 0.9 * policy.budget_tokens())
             missing = missing_running_calls(recording[:record.message_index], result.messages)
             if missing and window <= 2_000 and note_cut:
                 excused += 1  # the window cannot hold every call's name (those calls stay lost afterwards)

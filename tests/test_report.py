@@ -8,13 +8,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # plot_context(ax=None) uses pyplot: no display in tests
 
-import pytest  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pytest
+from matplotlib.figure import Figure
 
-from lc_compaction import CompactionPolicy  # noqa: E402
-from lc_compaction.replay import replay_files  # noqa: E402
-from lc_compaction.report import CALL_COLUMNS, MAX_LABELLED, calls_dataframe, plot_context  # noqa: E402
-from lc_compaction.traces import bundled_traces  # noqa: E402
+from lc_compaction import CompactionPolicy
+from lc_compaction.replay import replay_files
+from lc_compaction.report import CALL_COLUMNS, MAX_LABELLED, calls_dataframe, plot_context
+from lc_compaction.traces import bundled_traces
 
 WINDOW = 6_000
 
@@ -63,7 +63,8 @@ def test_plot_context_draws_with_and_without_compaction_and_the_lines():
     assert sorted(tuple(ln.get_ydata()) for ln in solid) == sent
     assert all(ln.get_linestyle() == "-" for ln in solid)
     assert sorted(tuple(ln.get_ydata()) for ln in dashed) == unc
-    hlines = {ln.get_label(): tuple(ln.get_ydata()) for ln in ax.get_lines() if ln.get_label().startswith(("window", "trigger"))}
+    hlines = {ln.get_label(): tuple(ln.get_ydata()) for ln in ax.get_lines()
+              if ln.get_label().startswith(("window", "trigger"))}
     assert hlines == {f"window ({WINDOW:,} tokens)": (WINDOW, WINDOW), "trigger (4,800 tokens)": (4_800, 4_800)}
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(replays) <= set(labels) and "dashed: without compaction" in labels
@@ -100,5 +101,5 @@ def test_missing_plot_library_says_how_to_install(monkeypatch):
     import importlib
 
     monkeypatch.setattr(importlib, "import_module", lambda name, *a: fake_import(name))
-    with pytest.raises(ImportError, match=r"pip install 'lc-compaction\[plot\]'"):
+    with pytest.raises(ImportError, match=r"needs the 'pandas' package .*pip install \"lc-compaction\[plot\]\""):
         calls_dataframe(_report().conversations[0])

@@ -18,20 +18,21 @@ import matplotlib
 
 matplotlib.use("Agg")  # plot_comparison uses pyplot: no display in tests
 
-import pytest  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from matplotlib.figure import Figure
 
-from lc_compaction import (  # noqa: E402
+from lc_compaction import (
     CompactionPolicy,
     DropOldExchanges,
     TruncateToolResults,
     bundled_traces,
     compact,
+    is_dropped_marker,
     load_traces,
     replay_conversation,
 )
-from lc_compaction.report import (  # noqa: E402
+from lc_compaction.report import (
     COMPACTION_COLUMNS,
     IDENTIFIER_COLUMNS,
     OUTCOMES,
@@ -42,7 +43,7 @@ from lc_compaction.report import (  # noqa: E402
     plot_cumulative,
     summary_dataframe,
 )
-from lc_compaction.strategies.summarize import Summarize  # noqa: E402
+from lc_compaction.strategies.summarize import Summarize
 
 TAU_ID = "tau-bench/gpt-4o-airline/task002-trial1"  # 62 messages, about 10,000 tokens, 30 model calls
 DOJO_ID = "agentdojo/claude-3-sonnet-20240229/workspace/user_task_27"
@@ -114,8 +115,11 @@ def test_tool_column_names_the_tool_even_when_the_result_carries_no_name():
     tools = df[df["role"] == "tool"]
     assert len(tools) > 10 and all(before[i].name is None for i in tools["index"])  # the trace names no result
     assert tools["tool"].tolist() == [calls[before[i].tool_call_id] for i in tools["index"]]
-    ai = df[df["role"] == "ai"]
+    ai = df[(df["role"] == "ai") & df["index"].notna()]
     assert ai["tool"].tolist() == [", ".join(tc["name"] for tc in before[i].tool_calls) for i in ai["index"]]
+    markers = df[df["outcome"] == "marker"]  # the drop marker is not in the input: no index, no tool
+    assert len(markers) == 1 and markers.iloc[0]["role"] == "ai" and markers.iloc[0]["tool"] == ""
+    assert is_dropped_marker(result.messages[markers.iloc[0]["index_after"]])
 
 
 def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summarized():

@@ -14,14 +14,16 @@ from lc_compaction.shorten import shorten, text_length
 
 
 def png_b64(width: int, height: int) -> str:
-    header = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    header = (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR"
+              + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
     return base64.b64encode(header + b"\0" * 3000).decode()
 
 
 def test_a_text_document_is_cut_like_text_and_the_request_keeps_its_words():
     big = "The quarterly report says revenue grew. " * 5000
     msg = HumanMessage([{"type": "text", "text": "analyse:"},
-                        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": big}}], id="h")
+                        {"type": "document",
+                         "source": {"type": "text", "media_type": "text/plain", "data": big}}], id="h")
     policy = CompactionPolicy(max_input_tokens=8000)
     result = compact([msg], policy)
     assert result.fits and result.tokens_after <= policy.budget_tokens()
@@ -35,7 +37,8 @@ def test_a_text_document_is_cut_like_text_and_the_request_keeps_its_words():
 
 def test_an_image_goes_only_when_the_text_alone_is_not_enough_and_the_marker_names_it():
     msg = HumanMessage([{"type": "text", "text": "What is in this picture? " * 3},
-                        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2048)}}], id="h")
+                        {"type": "image_url",
+                         "image_url": {"url": "data:image/png;base64," + png_b64(2048, 2048)}}], id="h")
     result = compact([SystemMessage("s", id="s"), msg], CompactionPolicy(max_input_tokens=500))
     out = result.messages[1]
     assert result.fits
@@ -67,3 +70,127 @@ def test_media_blocks_go_one_at_a_time_oldest_first():
     images = [b for b in out.content if b.get("type") == "image_url"]
     assert images == [newest]
     assert out.response_metadata[MARK_KEY]["removed_blocks"] == ["image_url", "image_url"]
+
+
+# ------------------------------------------------------------------------------------------------ tool-call arguments
+# (issue 12, item 6): when nothing else fits, the last resort cuts tool-call arguments too; they stay a JSON object
+# that ChatOpenAI sends as it sends any call, and the cut is marked.
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from langchain_core.messages import ToolMessage  # noqa: E402
+from langchain_openai.chat_models.base import _convert_message_to_dict  # noqa: E402
+
+from lc_compaction.markers import ARGUMENT_CUT_MARKER, ITEMS_CUT_KEY  # noqa: E402
+from lc_compaction.shorten import MIN_ARGUMENT_CHARS_TO_CUT, cut_arguments  # noqa: E402
+from lc_compaction.structure import check_invariants  # noqa: E402
+from tests.oracle.generators import JSON_VALUES, texts  # noqa: E402
+
+CODE = "def handler(event):\n    return {'status': 200, 'body': event}\n" * 2500  # about 40,000 tokens
+
+
+def write_call(args: dict, *, text: str = "Writing the file.", blocks: bool = False) -> AIMessage:
+    calls = [{"name": "write_file", "args": args, "id": "toolu_1", "type": "tool_call"}]
+    content: object = text
+    if blocks:  # Anthropic's form: the call repeated as a tool_use block
+        content = [{"type": "text", "text": text}, {"type": "tool_use", "id": "toolu_1", "name": "write_file",
+                                                     "input": args}]
+    return AIMessage(content, id="a", tool_calls=calls)
+
+
+def loop(ai: AIMessage) -> list:
+    return [SystemMessage("You write code.", id="s"), HumanMessage("write the handler", id="h"), ai,
+            ToolMessage("written", tool_call_id="toolu_1", id="t")]
+
+
+def sent_arguments(message: AIMessage) -> list:
+    """The arguments as ChatOpenAI puts them on the wire, parsed back."""
+    return [json.loads(c["function"]["arguments"]) for c in _convert_message_to_dict(message)["tool_calls"]]
+
+
+@pytest.mark.parametrize("blocks", [False, True])
+def test_a_call_whose_arguments_exceed_the_window_is_cut_and_still_sent(blocks):
+    ai = write_call({"path": "src/handler.py", "content": CODE, "overwrite": True}, blocks=blocks)
+    policy = CompactionPolicy(max_input_tokens=4_000)
+    result = compact(loop(ai), policy)
+    assert result.fits and result.tokens_after <= policy.budget_tokens()
+    out = result.messages[2]
+    assert out.id == "a" and [tc["id"] for tc in out.tool_calls] == ["toolu_1"]
+    args = out.tool_calls[0]["args"]
+    assert isinstance(args, dict) and list(args) == ["path", "content", "overwrite"]
+    assert args["path"] == "src/handler.py" and args["overwrite"] is True  # what makes the call meaningful stays
+    assert CODE.startswith(args["content"].split("[... cut by lc-compaction")[0])
+    assert args["content"].endswith(ARGUMENT_CUT_MARKER.format(removed=len(CODE) - args["content"].index("[...")))
+    assert sent_arguments(out) == [args]
+    assert out.response_metadata[MARK_KEY]["cut_tool_calls"] == ["toolu_1"]
+    assert "tool-call arguments cut" in result.actions[-1].detail
+    if blocks:
+        assert out.content[1]["input"] == args  # ChatAnthropic sends the block: cut the same way
+    assert check_invariants(result.messages) == []
+
+
+def test_arguments_are_cut_only_when_the_text_alone_cannot_make_it_fit():
+    big_text = "Let me explain the plan in detail. " * 2000
+    ai = write_call({"path": "a.py", "content": "x = 1\n" * 200}, text=big_text)
+    result = compact(loop(ai), CompactionPolicy(max_input_tokens=3_000))
+    out = result.messages[2]
+    assert result.fits and out.tool_calls == ai.tool_calls  # the text went first, and sufficed
+    assert len(out.text) < len(big_text)
+
+
+def test_an_invalid_calls_raw_arguments_are_cut_as_a_string():
+    raw = '{"path": "big.txt", "content": "' + "y" * 60_000
+    ai = AIMessage("", id="a", invalid_tool_calls=[{"name": "write_file", "args": raw, "id": "call_1",
+                                                    "error": "truncated", "type": "invalid_tool_call"}])
+    history = [SystemMessage("s", id="s"), HumanMessage("go", id="h"), ai,
+               ToolMessage("could not be executed", tool_call_id="call_1", id="t", status="error")]
+    result = compact(history, CompactionPolicy(max_input_tokens=4_000))
+    assert result.fits
+    cut = result.messages[2].invalid_tool_calls[0]["args"]
+    assert isinstance(cut, str) and raw.startswith(cut.split("[... cut")[0]) and "cut by lc-compaction" in cut
+    assert _convert_message_to_dict(result.messages[2])["tool_calls"][0]["function"]["arguments"] == cut
+
+
+def test_long_lists_and_objects_below_the_top_level_keep_their_first_items():
+    args = {"rows": [{"id": i, "name": f"row {i}"} for i in range(1000)], "mapping": {f"k{i}": i for i in range(500)},
+            "short": "kept", "n": 7}
+    cut, removed = cut_arguments(args, 0.1)
+    assert list(cut) == list(args) and cut["short"] == "kept" and cut["n"] == 7
+    assert cut["rows"][:100] == args["rows"][:100] and "900 more items removed" in cut["rows"][-1]
+    assert ITEMS_CUT_KEY in cut["mapping"] and len(cut["mapping"]) == 51
+    assert removed > 0 and len(json.dumps(cut)) < len(json.dumps(args)) // 5
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(value=JSON_VALUES, body=texts(min_size=0, max_size=30_000), fraction=st.floats(0, 1),
+       items=st.integers(0, 2_000))
+def test_cut_arguments_stay_a_json_object_with_every_top_level_key(value, body, fraction, items):
+    args = {"path": "file.txt", "body": body, "value": value, "many": list(range(items))}
+    cut, removed = cut_arguments(args, fraction)
+    assert isinstance(cut, dict) and list(cut) == list(args)
+    assert json.loads(json.dumps(cut)) == cut  # valid JSON
+    assert cut["path"] == "file.txt"
+    size, cut_size = len(json.dumps(args, ensure_ascii=False)), len(json.dumps(cut, ensure_ascii=False))
+    if removed:
+        assert "cut by lc-compaction" in json.dumps(cut, ensure_ascii=False) and cut_size < size
+    else:
+        assert cut == args
+    if len(body) <= MIN_ARGUMENT_CHARS_TO_CUT:
+        assert cut["body"] == body
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(size=st.integers(5_000, 120_000), window=st.integers(1_500, 8_000), blocks=st.booleans(),
+       counter=st.sampled_from(["approximate", "exact"]))
+def test_a_single_oversized_call_always_fits_once_cut(size, window, blocks, counter):
+    ai = write_call({"path": "out/data.json", "content": "z1 " * (size // 3), "lines": list(range(size // 50))},
+                    blocks=blocks)
+    policy = CompactionPolicy(max_input_tokens=window, token_counter=counter)
+    result = compact(loop(ai), policy)
+    assert result.fits and result.tokens_after <= policy.budget_tokens()
+    out = result.messages[2]
+    assert sent_arguments(out) == [out.tool_calls[0]["args"]]
+    assert check_invariants(result.messages) == []

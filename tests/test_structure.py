@@ -33,7 +33,8 @@ def test_steps_end_after_tool_blocks_and_before_requests():
 
 
 def test_valid_parallel_block_passes():
-    a = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {}, "id": f"c{i}", "type": "tool_call"} for i in range(3)])
+    a = AIMessage("", id="a",
+                  tool_calls=[{"name": "f", "args": {}, "id": f"c{i}", "type": "tool_call"} for i in range(3)])
     msgs = [HumanMessage("q", id="h"), a, result("c2", "t2"), result("c0", "t0"), result("c1", "t1")]
     assert check_invariants(msgs) == []
 
@@ -74,11 +75,15 @@ def test_ensure_ids_fills_missing_and_duplicate_ids_only():
     assert out[0] is a and out[1].id and out[2].id not in ("x", out[1].id)
 
 
-def test_a_reused_tool_call_id_is_named_as_such():
+def test_a_tool_call_id_is_unique_per_message_not_per_history():
+    """Reused in another AIMessage: valid (the wire pairs by position). Twice in one AIMessage: named as such."""
     msgs = [HumanMessage("q", id="h"), call("c1", "a1"), result("c1", "t1"), call("c1", "a2"), result("c1", "t2")]
-    found = [(v.kind, v.index, v.tool_call_id) for v in check_invariants(msgs)]
-    assert ("duplicate_tool_call_id", 3, "c1") in found
-    assert "already used by message 1" in next(str(v) for v in check_invariants(msgs) if v.kind == "duplicate_tool_call_id")
+    assert check_invariants(msgs) == []
+    twice = AIMessage("", id="a3", tool_calls=[{"name": "f", "args": {}, "id": "c1", "type": "tool_call"}] * 2)
+    found = check_invariants([*msgs, twice, result("c1", "t3"), result("c1", "t4")])
+    assert ("duplicate_tool_call_id", 5, "c1") in [(v.kind, v.index, v.tool_call_id) for v in found]
+    duplicate = next(str(v) for v in found if v.kind == "duplicate_tool_call_id")
+    assert "used by two tool calls of this message" in duplicate
 
 
 def test_message_kinds_follow_the_class_hierarchy():
@@ -104,7 +109,8 @@ def test_message_kinds_follow_the_class_hierarchy():
 
 
 def test_tool_block_end_and_an_open_block_at_the_end():
-    two = AIMessage("", id="a", tool_calls=[{"name": "f", "args": {}, "id": c, "type": "tool_call"} for c in ("c1", "c2")])
+    two = AIMessage("", id="a",
+                    tool_calls=[{"name": "f", "args": {}, "id": c, "type": "tool_call"} for c in ("c1", "c2")])
     head = [HumanMessage("q", id="h")]
     assert tool_block_end(head + [two, result("c1", "t1"), result("c2", "t2")], 1) == 4
     assert tool_block_end(head + [two, result("c1", "t1"), HumanMessage("q2", id="h2")], 1) == 3

@@ -7,7 +7,6 @@ each reply is scripted: a text, a message (content blocks), an exception, or a w
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 from typing import Any, Annotated
 
@@ -17,24 +16,23 @@ from langchain_core.exceptions import ModelAPIError, ModelInvalidRequestError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from pydantic import Field
 from typing_extensions import TypedDict
 
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, summary_text
-from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, parse_facts_line
+from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
 from lc_compaction.tokens import TiktokenCounter
 
-from tests.builders import conversation, tool_exchange
+from tests.builders import reservation_history as history, reservation_turn as turn
+from tests.fakes import ScriptedModel
 from tests.oracle import check_all_structural, run_checks
 from tests.oracle.checks import CheckContext, model_view
 from tests.oracle.generators import histories
@@ -45,53 +43,6 @@ COUNTER = TiktokenCounter()
 
 
 # ----------------------------------------------------------------------------------------------------- fakes
-class ScriptedModel(BaseChatModel):
-    """Answers each call with the next scripted item: a str (the reply text), a BaseMessage (returned as is), an
-    Exception (raised), or ("wait", seconds) (blocks, then answers "late"). Records each call's input text,
-    keyword arguments and path ("sync" / "async")."""
-
-    script: list[Any] = Field(default_factory=list)
-    repeat_last: bool = True
-    inputs: list[str] = Field(default_factory=list)
-    kwargs: list[dict] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
-    release: Any = None  # a threading.Event that ends a sync wait early (test teardown)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted-test-model"
-
-    def _next(self, messages: list[BaseMessage], kwargs: dict, path: str) -> Any:
-        self.inputs.append("\n".join(m.text for m in messages))
-        self.kwargs.append(dict(kwargs))
-        self.paths.append(path)
-        if not self.script:
-            raise AssertionError("the script is empty")
-        item = self.script[0] if (len(self.script) == 1 and self.repeat_last) else self.script.pop(0)
-        if isinstance(item, Exception):
-            raise copy.copy(item)
-        return item
-
-    @staticmethod
-    def _result(item: Any) -> ChatResult:
-        message = AIMessage(content=item) if isinstance(item, str) else item
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-        item = self._next(messages, kwargs, "sync")
-        if isinstance(item, tuple) and item[0] == "wait":
-            (self.release or threading.Event()).wait(item[1])
-            item = "late"
-        return self._result(item)
-
-    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-        item = self._next(messages, kwargs, "async")
-        if isinstance(item, tuple) and item[0] == "wait":
-            await asyncio.sleep(item[1])
-            item = "late"
-        return self._result(item)
-
-
 class CappedModel(ScriptedModel):
     """A scripted model whose class declares `max_tokens`, as OpenAI's and Anthropic's chat models do."""
 
@@ -116,20 +67,6 @@ def release():
 
 
 # ----------------------------------------------------------------------------------------------------- histories
-def turn(k: int, result_words: int = 120) -> list[BaseMessage]:
-    """A user request naming a reservation, the lookup tool call (id `call{k}`), its (long) result and the answer
-    (id `b{k}`)."""
-    record = " ".join(f"seat{j % 9} row{j % 30} meal{j % 4}" for j in range(result_words // 3))
-    return tool_exchange(k, f"Request {k}: please check reservation RES{k:03d}Q and seat map.",
-                         f'{{"reservation_id": "RES{k:03d}Q", "amount": {1000 + k}, "notes": "{record}"}}',
-                         f"Reservation RES{k:03d}Q is confirmed for you.", tool="get_reservation",
-                         args={"reservation_id": f"RES{k:03d}Q"}, call_id=f"call{k}", answer_id=f"b{k}")
-
-
-def history(turns: int, result_words: int = 120) -> list[BaseMessage]:
-    return conversation("You are a travel agent.", (turn(k, result_words) for k in range(turns)))
-
-
 def requests_and_answers() -> list[BaseMessage]:
     """Twelve exchanges of a request and an answer (about 60 words each, no tools), then a last request."""
     msgs: list[BaseMessage] = []
@@ -423,7 +360,7 @@ def test_the_summarizer_input_stays_within_its_budget_and_never_drops_the_beginn
     assert removed_requests, "some requests should have been summarized"
     for request in removed_requests:
         assert any(request in text for text in model.inputs), f"{request!r} never reached the summarizer"
-    for earlier, later in zip(model.inputs, model.inputs[1:]):
+    for later in model.inputs[1:]:
         assert "Running summary so far" in later  # each call carries the summary so far
     assert len(summaries(result.messages)) == 1
 
@@ -450,7 +387,7 @@ def test_the_guard_appends_what_the_summary_left_out_and_reports_the_figures():
     assert d["identifiers_kept_by_summary"] == 2
     assert d["identifiers_added_by_guard"] == d["identifiers_evicted"] - 2
     assert all(contains(text, i) for i in evicted_ids)
-    assert text.splitlines()[-1].startswith(FACTS_PREFIX)
+    assert is_facts_line(text.splitlines()[-1])
 
 
 def test_with_the_guard_off_nothing_is_appended_but_the_figures_are_still_reported():
@@ -475,7 +412,7 @@ def test_user_patterns_reach_the_guard():
     assert "gold-star" not in the_summary(plain)  # not an identifier without the user's pattern
 
 
-# ----------------------------------------------------------------------------------------------------- message, prompts, settings
+# ---------------------------------------------------------------------------------------- message, prompts, settings
 def test_the_summary_message_is_marked_and_takes_the_role_its_place_calls_for():
     """The summary is a marked message starting with the prefix; `role` is the preferred role, taken where it keeps
     the turns alternating: between two requests only an assistant turn does, whatever the preference (issue 12)."""
@@ -561,7 +498,7 @@ def test_sync_and_async_give_the_same_result():
     assert [m.id for m in a.messages if not is_summary(m)] == [m.id for m in b.messages if not is_summary(m)]
 
 
-# ----------------------------------------------------------------------------------------------------- generated histories
+# ---------------------------------------------------------------------------------------------- generated histories
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(msgs=histories(max_turns=6, max_steps=3, prior_summary=True), window=st.integers(300, 6000),
        keep=st.sampled_from([("turns", 1), ("turns", 2), ("messages", 3), ("tokens", 500)]),

@@ -88,7 +88,7 @@ def test_every_evicted_identifier_is_in_every_later_context_with_the_guard(summa
         evicted: dict[str, object] = {}  # casefolded value -> Identifier, in order of eviction
         evicted_tau: set[str] = set()
 
-        def on_call(before, result):
+        def on_call(before, result, evicted=evicted, evicted_tau=evicted_tau, cid=cid):
             for m in result.removed:
                 for i in guard.extract_messages([m]):
                     evicted.setdefault(i.value.casefold(), i)
@@ -115,7 +115,7 @@ def test_without_the_guard_a_summary_that_writes_no_identifier_keeps_none():
     """The figure the guard changes: the fake model's fixed summary holds no identifier, so without the guard
     every evicted identifier is gone from the summary (those still elsewhere in the context aside)."""
     kept = evicted = 0
-    for cid, messages in TAU:
+    for _cid, messages in TAU:
         policy = CompactionPolicy(max_input_tokens=WINDOW, strategies=[
             Summarize(model=FakeSummaryModel(), fact_guard=False, initial_delay=0)])
 

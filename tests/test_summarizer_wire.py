@@ -8,92 +8,18 @@ reply that ignores `max_completion_tokens` (as llama.cpp's server and other Open
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from langchain_openai import ChatOpenAI
 
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import is_summary, summary_text
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize
 from lc_compaction.tokens import TiktokenCounter
-from tests.builders import conversation, tool_exchange
+from tests.builders import lookups_history as history
+from tests.fakes import FakeOpenAI  # noqa: F401 - the `server` fixture (tests/fakes.py) yields one
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
-
-
-class FakeOpenAI:
-    """A local server for POST /v1/chat/completions. Each request takes the next scripted answer:
-    ("status", code) an error status, ("slow", text) waits for `release` (at most 30 s) then answers,
-    ("text", text) answers at once (whatever `max_completion_tokens` says). Request bodies are in `requests`."""
-
-    def __init__(self) -> None:
-        self.script: list[tuple[str, object]] = []
-        self.requests: list[dict] = []
-        self.release = threading.Event()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append({"path": self.path, **body})
-                kind, value = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]
-                if kind == "status":
-                    self._send(int(value), {"error": {"message": "server error", "type": "server_error"}})
-                    return
-                if kind == "slow":
-                    owner.release.wait(30)
-                self._send(200, {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": value},
-                                 "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout): nothing to answer
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def chat_model(self) -> ChatOpenAI:
-        return ChatOpenAI(model="gpt-4o-mini", base_url=f"http://127.0.0.1:{self.port}/v1", api_key="sk-test",
-                          max_retries=0)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    fake = FakeOpenAI()
-    fake.thread.start()
-    yield fake
-    fake.release.set()
-    fake.server.shutdown()
-    fake.server.server_close()
-
-
-def history() -> list:
-    record = " ".join(f"seat{j % 9} row{j % 30}" for j in range(90))
-    return conversation("You are an airline agent.", (
-        tool_exchange(k, f"Request {k}: check reservation RES{k:03d}Q.",
-                      f'{{"reservation_id": "RES{k:03d}Q", "notes": "{record}"}}', f"RES{k:03d}Q is confirmed.",
-                      tool="get_reservation", args={"reservation_id": f"RES{k:03d}Q"}, answer_id=f"b{k}")
-        for k in range(14)))
 
 
 def policy(strategy: Summarize) -> CompactionPolicy:

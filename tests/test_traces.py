@@ -33,7 +33,8 @@ def test_line_numbers_ids_and_metadata(tmp_path: Path):
         {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "id": "mine"}]},
         {"id": 7, "source": "me", "license": "MIT", "extra_field": [1],
          "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [
-             {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+             {"type": "text", "text": "look"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
              {"role": "assistant", "content": None, "tool_calls": [
                  {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},
                  {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]},
@@ -130,7 +131,8 @@ BAD_LINES = [
      "messages[3].tool_call_id", "duplicate tool result"),
     (json.dumps({"id": "x", "messages": [{"role": "assistant", "content": "I start"}]}), "messages[0].role",
      "first message not human"),
-    (json.dumps(_conv({"role": "assistant", "content": "a", "id": "dup"}, {"role": "user", "content": "b", "id": "dup"})),
+    (json.dumps(_conv({"role": "assistant", "content": "a", "id": "dup"},
+                      {"role": "user", "content": "b", "id": "dup"})),
      "messages[2].id", "repeats messages[1].id"),
 ]
 
@@ -168,3 +170,27 @@ def test_parse_messages_of_a_bare_list_names_the_index():
     assert str(info.value).startswith("in.json: [1].content: expected a string")
     messages = parse_messages([{"role": "user", "content": "hi"}], conversation_id="c")
     assert messages[0].id == "c:0" and isinstance(messages[0], HumanMessage)
+
+
+def test_the_format_is_detected_from_the_text(tmp_path: Path):
+    from lc_compaction.traces import parse_trace_input
+
+    messages = [{"role": "user", "content": "a\u2028b"}, {"role": "assistant", "content": "ok"}]
+    line = json.dumps({"id": "c", "messages": messages}, ensure_ascii=False)  # a raw U+2028 inside a string
+    jsonl = parse_trace_input((line + "\n\n" + line.replace('"c"', '"d"') + "\n").encode(), path="t.jsonl")
+    assert (jsonl.format, [t.id for t in jsonl.traces], [t.line for t in jsonl.traces]) == ("jsonl", ["c", "d"], [1, 3])
+    assert jsonl.traces[0].messages[0].content == "a\u2028b" and jsonl.records[1]["id"] == "d"
+    pretty = parse_trace_input("\n" + json.dumps({"id": "c", "messages": messages}, indent=2), path="t.json")
+    assert (pretty.format, pretty.traces[0].id, pretty.traces[0].line) == ("object", "c", 2)
+    listed = parse_trace_input(json.dumps(messages).encode(), path="dir/conv.json")
+    assert (listed.format, listed.traces[0].id, [m.id for m in listed.traces[0].messages]) == \
+        ("list", "conv", ["conv:0", "conv:1"])
+    assert listed.traces[0].message_format == "openai"
+    from langchain_core.messages import messages_to_dict
+
+    lc = parse_trace_input(json.dumps(messages_to_dict(listed.traces[0].messages)), path="<stdin>")
+    assert lc.traces[0].message_format == "langchain"
+    assert [(m.id, m.content) for m in lc.traces[0].messages] == [(m.id, m.content) for m in listed.traces[0].messages]
+    f = tmp_path / "list.json"
+    f.write_text(json.dumps(messages), encoding="utf-8")
+    assert [t.id for t in load_traces(f)] == ["list"]

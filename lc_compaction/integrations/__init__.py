@@ -8,18 +8,22 @@
   run with `RunnableWithMessageHistory` (both deprecated in langchain-core; prefer the doors above for new code).
   Imported on first use.
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
+- `recall_tool_result` (`integrations/recall.py`): the tool that reads back what offload kept
+  (`offload=True` on either door; `integrations/offload.py` does the writes).
 
-What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout)
-lives in `integrations/plan.py`; view mode's memory in `integrations/view.py`.
+What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout,
+the offload writes) lives in `integrations/plan.py`; rewrite mode's state writes (by id) in
+`integrations/writes.py`; view mode's memory in `integrations/view.py`.
 """
 
 from typing import Any
 
 from lc_compaction.integrations.events import EVENT_NAME
 from lc_compaction.integrations.langgraph import CompactionNode, CompactionState, compaction_hook
+from lc_compaction.integrations.recall import recall_tool_result
 
 __all__ = ["EVENT_NAME", "CompactingChatMessageHistory", "CompactionAgentState", "CompactionMiddleware",
-           "CompactionNode", "CompactionState", "compaction_hook"]
+           "CompactionNode", "CompactionState", "compaction_hook", "recall_tool_result"]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,6 +23,9 @@ when it ends, and slices the run's input by that length); a read after k new mes
 tokenizations and k calls of `compact` over the view, each counting only its new message (it gets the previous
 call's count tally). The first read in a new process folds the whole stored history once, O(history).
 
+A SystemMessage added after the conversation started is sent as a HumanMessage in the view, on every read
+(reported in `last_result.repairs`; providers such as Anthropic and Gemini reject a system message mid-history).
+
 An open tool call at the end of the history (an AIMessage whose ToolMessages have not all been added yet: the
 chain returned tool calls, and the caller will send the results as the next input) is left out of compaction
 and appended to the view unchanged (its tokens still count toward the budget).
@@ -45,6 +48,7 @@ middleware (`lc_compaction.integrations.langgraph`, `lc_compaction.integrations.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import threading
@@ -54,11 +58,23 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory, InMemoryChatMessageHistory
-from langchain_core.messages import BaseMessage, message_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    MessageLikeRepresentation,
+    convert_to_messages,
+    message_to_dict,
+)
+from langchain_core.prompt_values import PromptValue
 
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import InvalidHistoryError, Violation, open_tool_block_start
+from lc_compaction.structure import (
+    InvalidHistoryError,
+    Repair,
+    Violation,
+    normalize_system_messages,
+    open_tool_block_start,
+)
 from lc_compaction.tally import CountTally, starts_with
 
 __all__ = ["CompactingChatMessageHistory"]
@@ -129,9 +145,10 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         ValueError: `extra_tokens` is negative or not an int, `archive` is given without `persist`, or
             `archive` is `inner`.
 
-    Reading (`messages`, `aget_messages`) raises what `compact` raises: `InvalidHistoryError` when a compaction
-    meets a history that breaks a pairing or order rule (its violations give the index in the inner history;
-    set `policy.repair=True` to repair instead), `ValueError` for a message `compact` cannot read.
+    Reading (`messages`, `aget_messages`) repairs a history that breaks a pairing or order rule (the repairs are
+    in `last_result.repairs`; the inner history is not changed unless `persist`); with `policy.repair=False` it
+    raises `InvalidHistoryError` instead (its violations give the index in the inner history). It raises
+    `ValueError` for a message `compact` cannot read.
 
     Thread safety: one lock serializes adds, reads, write-backs and clears of this wrapper (sync and async), so
     two threads adding and reading lose no message. Do not call the sync methods from inside a running event
@@ -176,7 +193,7 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
 
     # ------------------------------------------------------------------ reading
     @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base class declares a plain attribute
         """The compacted view: a new list each call, equal to the previous one when nothing was added; its
         messages are shared with the wrapper's cache (do not mutate them).
 
@@ -184,8 +201,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         last read, and with `persist` writes a changed view back.
 
         Raises:
-            InvalidHistoryError: a compaction met a stored history that breaks a pairing or order rule (the
-                violations name the index in the inner history).
+            InvalidHistoryError: with `policy.repair=False`, a compaction met a stored history that breaks a
+                pairing or order rule (the violations name the index in the inner history).
             Whatever the inner history or a strategy raises (after a failed write-back, the inner history's
                 messages are put back first).
         """
@@ -199,22 +216,30 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             return await self._arun(self._reading())
 
     # ------------------------------------------------------------------ writing
-    def add_message(self, message: BaseMessage) -> None:
+    def add_message(self, message: MessageLikeRepresentation) -> None:
         """Add one message to the inner history (see `add_messages`)."""
         self.add_messages([message])
 
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Add messages to the inner history, unchanged, in one `inner.add_messages` call.
+    def add_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Add messages to the inner history, in one `inner.add_messages` call.
+
+        Args:
+            messages: every form `langchain_core.messages.convert_to_messages` accepts: `BaseMessage`s (stored
+                as they are, the same objects), `(role, content)` tuples, OpenAI-style dicts, strings (a human
+                message), or a `PromptValue`. `RunnableWithMessageHistory` passes the chain's input as the user
+                gave it (`{"messages": [("human", "...")]}` arrives as tuples), so they are converted here,
+                once, and the inner history always receives `BaseMessage`s.
 
         Raises:
-            TypeError: an item is not a `BaseMessage` (naming its index); nothing is added then.
+            TypeError: `messages` is a single string, message or dict instead of a list of them, or an item
+                cannot be converted to a message (naming its index and why); nothing is added then.
         """
         batch = _checked(messages)
         with self._lock:
             self.inner.add_messages(batch)
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async twin of `add_messages` (through `inner.aadd_messages`)."""
+    async def aadd_messages(self, messages: Sequence[MessageLikeRepresentation] | PromptValue) -> None:
+        """Async twin of `add_messages` (through `inner.aadd_messages`); the same forms and errors."""
         batch = _checked(messages)
         async with self._alocked():
             await self.inner.aadd_messages(batch)
@@ -243,13 +268,14 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         view, new = plan
         changed = False
         for message in new:
-            messages = view + [message]
+            # a mid-history SystemMessage is sent as a HumanMessage: the new message only, O(1)
+            messages, converted = normalize_system_messages(view + [message], len(view))
             head, tail, extra = self._split(messages)
             try:
                 result = yield _Io("compact", messages=head, extra_tokens=extra, tally=self._tally)
             except InvalidHistoryError as exc:
                 raise _located(exc, head, raw, self.inner) from exc
-            view, step_changed = self._after(result, messages, tail)
+            view, step_changed = self._after(result, messages, tail, converted)
             changed |= step_changed
         if self.persist and changed:
             yield from self._writing_back(raw, view)
@@ -291,7 +317,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             try:
                 io = steps.send(value) if error is None else steps.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: _T = stop.value  # StopIteration.value is typed Any; `steps` is declared to return _T
+                return result
             value, error = None, None
             try:
                 if io.what == "read":
@@ -301,7 +328,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                 elif io.what == "clear":
                     io.target.clear()
                 else:
-                    value = compact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
+                    value = compact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally,
+                                    repair=self.policy.repairs_by_default(True))
             except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
                 error = exc
 
@@ -313,7 +341,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             try:
                 io = steps.send(value) if error is None else steps.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: _T = stop.value  # StopIteration.value is typed Any; `steps` is declared to return _T
+                return result
             value, error = None, None
             try:
                 if io.what == "read":
@@ -323,7 +352,8 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
                 elif io.what == "clear":
                     await io.target.aclear()
                 else:
-                    value = await acompact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally)
+                    value = await acompact(io.messages, self.policy, extra_tokens=io.extra_tokens, tally=io.tally,
+                                           repair=self.policy.repairs_by_default(True))
             except BaseException as exc:  # noqa: BLE001 - thrown back into `steps`, which re-raises it
                 error = exc
 
@@ -349,9 +379,11 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
         extra = self.extra_tokens + sum(self.policy.counter.count_message(m) for m in tail)
         return head, tail, extra
 
-    def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage]
-               ) -> tuple[list[BaseMessage], bool]:
+    def _after(self, result: CompactionResult, messages: list[BaseMessage], tail: list[BaseMessage],
+               converted: list[Repair]) -> tuple[list[BaseMessage], bool]:
         self._tally = result.tally
+        if converted:  # a mid-history SystemMessage is sent as a HumanMessage even when nothing is compacted
+            result = dataclasses.replace(result, repairs=[*converted, *result.repairs])
         if not result.compacted:
             return messages, False
         self.last_result = result
@@ -384,11 +416,24 @@ class CompactingChatMessageHistory(BaseChatMessageHistory):
             self._lock.release()
 
 
-def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
-    batch = list(messages)
-    for i, m in enumerate(batch):
-        if not isinstance(m, BaseMessage):
-            raise TypeError(f"messages[{i}]: expected a langchain BaseMessage, got {type(m).__name__}")
+def _checked(messages: Sequence[MessageLikeRepresentation] | PromptValue) -> list[BaseMessage]:
+    """`messages` as `BaseMessage`s: the edge where what a chain passes is converted, once (see `add_messages`)."""
+    if isinstance(messages, PromptValue):
+        return messages.to_messages()
+    if isinstance(messages, (str, BaseMessage, dict)):  # iterating them would give characters, fields or keys
+        raise TypeError(f"messages: expected a list of messages, got one {type(messages).__name__} "
+                        "(use add_message for a single message)")
+    batch: list[BaseMessage] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, BaseMessage):
+            batch.append(m)
+            continue
+        try:
+            batch.extend(convert_to_messages([m]))
+        except Exception as exc:  # convert_to_messages raises bare ValueError / NotImplementedError
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise TypeError(f"messages[{i}]: cannot be converted to a langchain message "
+                            f"({type(m).__name__}: {detail})") from exc
     return batch
 
 

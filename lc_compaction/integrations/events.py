@@ -13,9 +13,13 @@ model call, with the `CompactionResult` of that call and its event data (the `Co
   skipped when no handler would receive it (no callbacks, no tracing configured): nothing listens.
 - a **log line** through the standard `logging` module (logger `lc_compaction.integrations.events`):
   INFO  "Context optimized: 12,345 -> 6,789 tokens (truncate_tool_results, drop_old_exchanges), 14 messages
-  affected" when the history was changed; INFO "Context compaction skipped (nothing_removable): ..." when the
+  affected" when the history was changed, followed by "; repaired: <kind> at <index> (<tool_call_id>); ..." when
+  the input was repaired (`repairs_text`); INFO "Context compaction skipped (nothing_removable): ..." when the
   trigger fired but nothing could be removed; WARNING when the result is still over the budget (the pinned part
-  alone is over the window: the model call will likely fail); DEBUG for a call under the trigger.
+  alone is over the window: the model call will likely fail), and WARNING when a strategy failed (the summarizer's
+  model failed, timed out or is cooling down after a failure): the line then ends with
+  "; summarize failed: <the error's text>" (from `details["failures"]`, also in the event's data, whose `reason`
+  is then "strategy_failed" when nothing else changed the history); DEBUG for a call under the trigger.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from langchain_core.runnables.config import ensure_config, get_callback_manager_
 
 from lc_compaction.compact import CompactionResult
 
-__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload", "report"]
+__all__ = ["EVENT_NAME", "Door", "areport", "event_payload", "log_line", "messages_affected", "outcome_payload",
+           "repairs_text", "report"]
 
 EVENT_NAME = "lc_compaction"
 """Name of the custom event dispatched after every compaction decision (ran or skipped)."""
@@ -55,7 +60,7 @@ def outcome_payload(result: CompactionResult, *, mode: str) -> dict[str, Any]:
     Keys: everything `CompactionResult.to_dict()` gives (`tokens_before`, `tokens_after` (tokens),
     `messages_before`, `messages_after` (messages), `strategies_applied`, `actions`, `stop_reason`, `fits`, ...)
     plus `outcome` ("compacted" when the history was changed, else "skipped"), `reason` (= `stop_reason`:
-    "under_trigger", "under_target", "under_budget", "nothing_removable", "pinned_over_budget"),
+    "under_trigger", "under_target", "under_budget", "nothing_removable", "strategy_failed", "pinned_over_budget"),
     `messages_affected` (messages, see `messages_affected`) and `mode` ("rewrite" or "view").
     Values the result holds that JSON cannot encode are written as their `str()`.
     """
@@ -69,6 +74,16 @@ def outcome_payload(result: CompactionResult, *, mode: str) -> dict[str, Any]:
         "mode": mode,
     })
     return data
+
+
+def repairs_text(result: CompactionResult) -> str:
+    """The repairs of `result` for the log line: each kind with the input index (and tool_call_id) of every
+    repair of that kind, e.g. "system_message_converted at 5; missing_tool_result_added at 3 (call_0)"."""
+    by_kind: dict[str, list[str]] = {}
+    for r in result.repairs:
+        where = f"{r.index}" + (f" ({r.tool_call_id})" if r.tool_call_id else "")
+        by_kind.setdefault(r.kind, []).append(where)
+    return "; ".join(f"{kind} at {', '.join(places)}" for kind, places in by_kind.items())
 
 
 def event_payload(result: CompactionResult, *, mode: str, door: Door, state_messages: int | None = None,
@@ -85,7 +100,7 @@ def event_payload(result: CompactionResult, *, mode: str, door: Door, state_mess
 
 def _level(result: CompactionResult) -> int:
     """The logging level of `result`'s log line (see `log_line`)."""
-    if not result.fits:
+    if not result.fits or _failures(result):
         return logging.WARNING
     if result.compacted or result.stop_reason != "under_trigger":
         return logging.INFO
@@ -99,12 +114,19 @@ def _log(result: CompactionResult) -> None:
         logger.log(*log_line(result))
 
 
+def _failures(result: CompactionResult) -> dict[str, str]:
+    failures = result.details.get("failures") if result.details else None
+    return failures if isinstance(failures, dict) else {}
+
+
 def log_line(result: CompactionResult) -> tuple[int, str]:
     """`(logging level, message)` for `result` (see the module docstring for the wording and levels)."""
     if result.compacted:
         applied = ", ".join(result.strategies_applied) or "repairs only"
         text = (f"Context optimized: {result.tokens_before:,} -> {result.tokens_after:,} tokens ({applied}), "
                 f"{messages_affected(result)} messages affected")
+        if result.repairs:
+            text += "; repaired: " + repairs_text(result)
         if not result.fits:
             text += (f"; still over the budget of {result.budget_tokens:,} tokens "
                      "(the pinned part alone is over the window)")
@@ -113,6 +135,8 @@ def log_line(result: CompactionResult) -> tuple[int, str]:
                 f"{result.messages_before} messages")
         if not result.fits:
             text += f"; over the budget of {result.budget_tokens:,} tokens and nothing can be removed"
+    for strategy, error in _failures(result).items():
+        text += f"; {strategy} failed: {error}"
     return _level(result), text
 
 

@@ -11,27 +11,38 @@ One object, `CompactionNode` (or the factory `compaction_hook(...)`), used eithe
 
 Two modes:
 
-- **"rewrite"** (default): the stored history is replaced by the compacted one. When the only changes keep
-  every message in place with its id (truncated tool results, a message cut in place), the node returns just
-  the changed messages, which the `add_messages` reducer replaces in place (same ids: the messages before the
-  first change stay byte-identical, so the provider's prompt-cache prefix stays valid). Otherwise it returns
-  `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`. Needs the `add_messages` reducer on the messages key.
+- **"rewrite"** (default): the stored history becomes the compacted one, written by id (`writes.py`): the
+  removed messages as `RemoveMessage(id=...)`, the changed ones (truncated tool results, a message cut in place)
+  with their ids, which the `add_messages` reducer replaces in place, and a new one (a summary, a drop marker)
+  with the id of the first removed message at its place, so it takes that place. Never
+  `REMOVE_ALL_MESSAGES`: a message another node writes in the same step (a parallel branch, a `Send`) is kept,
+  and the messages before the first change stay byte-identical (the provider's prompt-cache prefix stays
+  valid). Needs the `add_messages` reducer on the messages key.
 - **"view"**: the stored history is left whole; the compacted list goes to `output_key` (default
   "llm_input_messages", the key `create_react_agent`'s model node reads first). In a hand-built graph, the model
-  node must read `state["llm_input_messages"]` instead of `state["messages"]`.
+  node must read `state["llm_input_messages"]` instead of `state["messages"]`, and declare it: annotate its
+  state `CompactionState` (or add it with `input_schema=CompactionState`); the graph can stay over
+  `MessagesState`. LangGraph passes a node only the keys of its own input schema, so a model node annotated
+  `MessagesState` is never given the key (a KeyError in that node, which this node cannot see or prevent);
+  `create_react_agent` declares the key for its model node the same way (its `CallModelInputSchema`).
 
 Memory between calls lives in graph state under `memory_key` (default "compaction") as plain JSON (see
-`plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`, `SqliteSaver` and a process restart and resumes with the same
-result. In view mode it remembers the last model input (as runs of the stored history, and the rewritten messages:
-truncated results, summaries; see `view.py`), so the next call starts from that view plus the new messages instead
-of the whole history:
-the model input grows by appending (a stable prompt-cache prefix) and compaction runs only when that view crosses
-the trigger again, exactly as in rewrite mode.
+`plan.plan_compaction`, which both this node and the agent middleware run), so it survives `InMemorySaver`,
+`SqliteSaver` and a process restart and resumes with the same result. In view mode it remembers the last model input
+(as runs of the stored history, and the rewritten messages: truncated results, summaries; see `view.py`), so the
+next call starts from that view plus the new messages instead of the whole history: the model input grows by
+appending (a stable prompt-cache prefix) and compaction runs only when that view crosses the trigger again, exactly
+as in rewrite mode.
 
 The node declares its input as `CompactionState` (messages, llm_input_messages, compaction), so adding it to a
 graph also adds the `compaction` and `llm_input_messages` keys to the graph's state: no custom state schema is
 needed with the default keys. With other keys, declare them in your state and add the node with
 `builder.add_node("compact", node, input_schema=YourState)`.
+
+On every call, compacting or not, a SystemMessage added after the conversation started is sent as a
+HumanMessage (same id and text, marked; Anthropic and Gemini reject a system message mid-history), reported as a
+repair; only the messages added since the previous call are looked at (O(new messages)). In rewrite mode the
+stored message is replaced in place by the converted one; in view mode the view holds it.
 
 Each call reports its outcome (a LangChain custom event and a log line, see `events.py`).
 """
@@ -45,9 +56,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.graph.message import add_messages
+from langgraph.types import Command
 from typing_extensions import Required, TypedDict
 
 from lc_compaction.integrations.events import areport, report
+from lc_compaction.integrations.offload import offload_target
 from lc_compaction.integrations.plan import (
     CompactionPlan,
     Mode,
@@ -68,6 +81,9 @@ class CompactionState(TypedDict, total=False):
     - `messages`: the conversation (`add_messages` reducer), as in `MessagesState`.
     - `llm_input_messages`: view mode's model input (last value wins), the key `create_react_agent` reads.
     - `compaction`: the node's memory, plain JSON (see `plan.plan_compaction`).
+
+    In view mode, annotate the model node's state with it (`def call_model(state: CompactionState)`): LangGraph
+    gives a node only the keys of its own annotation.
     """
 
     messages: Required[Annotated[list[AnyMessage], add_messages]]
@@ -78,7 +94,7 @@ class CompactionState(TypedDict, total=False):
 # ----------------------------------------------------------------------------------------------- the node
 
 
-class CompactionNode(Runnable[dict, dict]):
+class CompactionNode(Runnable[dict, Any]):
     """A graph node (or `create_react_agent` pre_model_hook) that compacts the history before the model call.
 
     Args:
@@ -97,17 +113,22 @@ class CompactionNode(Runnable[dict, dict]):
         max_input_tokens, trigger, keep, target, reserve, strategies, token_counter, model_name, pin, repair:
             `CompactionPolicy` settings (same names and units; `trigger`, `keep` and `token_counter` are the
             names LangChain's `SummarizationMiddleware` uses).
+        offload, offload_above: offload what compaction takes out (`lc_compaction.offload`): a `BaseStore`, or
+            True for the graph's store (`builder.compile(store=...)`); the run's config must carry a
+            `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result` to the agent's tools so the
+            model can read it back.
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
-        rewrite: `{messages_key: changed messages or [RemoveMessage(REMOVE_ALL_MESSAGES), *compacted],
-        memory_key: memory}` (no messages key when nothing changed);
+        rewrite: `{messages_key: [RemoveMessage(id=...) of each removed message, changed and new messages by
+        id], memory_key: memory}` (no messages key when nothing changed); when a repair added a message where
+        nothing was removed, a `Command` with two writes to `messages_key` (see `writes.by_id_writes`);
         view: `{output_key: compacted, memory_key: memory}`.
         An empty stored history gives `{}` (nothing to compact).
 
     Raises:
         ValueError: invalid settings (naming the setting); the state has no `messages_key`.
         InvalidHistoryError: the stored history breaks a pairing/order rule (index and tool_call_id named) and
-            the policy does not repair.
+            `repair=False` was asked for (by default the node repairs it, each repair reported).
     """
 
     def __init__(self, policy: CompactionPolicy | None = None, *, mode: Mode = "rewrite",
@@ -117,12 +138,13 @@ class CompactionNode(Runnable[dict, dict]):
                  name: str = "compaction", max_input_tokens: int | None = None, trigger: Any = None,
                  keep: Any = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
-                 pin: Any = None, repair: bool | None = None) -> None:
+                 pin: Any = None, repair: bool | None = None, offload: Any = None,
+                 offload_above: int | None = None) -> None:
         self.mode: Mode = check_mode(mode)
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
-            repair=repair)
+            repair=repair, offload=offload, offload_above=offload_above)
         self.messages_key = messages_key
         self.output_key = output_key
         self.memory_key = memory_key
@@ -132,11 +154,11 @@ class CompactionNode(Runnable[dict, dict]):
         self.extra_tokens = tokens_beside(self.policy.counter, system=system_prompt, tools=tools or ())
         """Tokens sent beside the stored messages on every call (tool schemas, a system prompt not in state)."""
 
-    def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any]:
+    def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any] | Command:
         """Same as `invoke(state, config)`. The annotation tells LangGraph which state keys the node uses."""
         return self.invoke(state, config)
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any] | Command:
         """Compact `input[messages_key]` (sync strategies) and return the state update (see the class).
 
         In a graph, the node runs inside LangGraph's own run for it (events and the summarizer's calls attach
@@ -144,48 +166,61 @@ class CompactionNode(Runnable[dict, dict]):
         opens none (nothing would listen to it)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
-            return self._call_with_config(self._run, input, config, run_type="chain")
+            # langchain-core's annotation lists (input), (input, run_manager) and (input, run_manager, config), yet it
+            # also passes `config=` by keyword to a function that takes it, as `_run` does.
+            out: dict[str, Any] | Command = self._call_with_config(
+                self._run, input, config, run_type="chain")  # type: ignore[arg-type]
+            return out
         return self._run(input, config)
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None,
+                      **kwargs: Any) -> dict[str, Any] | Command:
         """Async twin of `invoke` (strategies run through `aapply`)."""
         config = ensure_config(config)
         if config.get("callbacks") is not None and not _inside_run(config):
-            return await self._acall_with_config(self._arun, input, config, run_type="chain")
+            out: dict[str, Any] | Command = await self._acall_with_config(
+                self._arun, input, config, run_type="chain")  # type: ignore[arg-type]  # as in invoke
+            return out
         return await self._arun(input, config)
 
     def _read(self, state: Any) -> tuple[Any, Any]:
         get = state.get if isinstance(state, dict) else lambda k, d=None: getattr(state, k, d)
         messages = get(self.messages_key, None)
         if messages is None:
+            keys = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(
-                f"the state has no {self.messages_key!r} key (keys: {sorted(state) if isinstance(state, dict) else type(state).__name__}); "
+                f"the state has no {self.messages_key!r} key (keys: {keys}); "
                 "with a custom key, declare it in your state and add the node with input_schema=YourState")
         return messages, get(self.memory_key, None)
 
-    def _update(self, plan: CompactionPlan) -> dict[str, Any]:
+    def _update(self, plan: CompactionPlan) -> dict[str, Any] | Command:
         update: dict[str, Any] = {self.memory_key: plan.memory}
         if self.mode == "view":
             update[self.output_key] = plan.model_input
-        elif plan.messages_update:
-            update[self.messages_key] = plan.messages_update
+        elif len(plan.messages_writes) == 1:
+            update[self.messages_key] = plan.messages_writes[0]
+        elif plan.messages_writes:  # two writes to one key, in order: only a Command can say that
+            return Command(update=[*((self.messages_key, w) for w in plan.messages_writes),
+                                   (self.memory_key, plan.memory)])
         return update
 
-    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+    def _run(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command:
         messages, memory = self._read(state)
         if not messages:
             return {}
         plan = plan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
-                               extra_tokens=self.extra_tokens, key=self.messages_key)
+                               extra_tokens=self.extra_tokens, key=self.messages_key,
+                               offload=offload_target(self.policy, config=config))
         report(plan.result, plan.event, config=config)
         return self._update(plan)
 
-    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+    async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command:
         messages, memory = self._read(state)
         if not messages:
             return {}
         plan = await aplan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
-                                      extra_tokens=self.extra_tokens, key=self.messages_key)
+                                      extra_tokens=self.extra_tokens, key=self.messages_key,
+                                      offload=offload_target(self.policy, config=config))
         await areport(plan.result, plan.event, config=config)
         return self._update(plan)
 

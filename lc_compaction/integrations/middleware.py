@@ -9,33 +9,46 @@ LangGraph node (`lc_compaction.integrations.plan.plan_compaction`).
 Why `wrap_model_call` and not `before_model`: only the model request knows the system message and the tools the
 model will receive (after other middleware changed them), so only there can they be counted. This is the hook
 LangChain's `ContextEditingMiddleware` uses. In rewrite mode the stored history is updated through the
-`ExtendedModelResponse` command the model node applies after the call (the compacted history followed by the
-model's reply, or the changed messages alone when they keep their places and ids), so the stored state is the
-same as if `SummarizationMiddleware` had rewritten it in `before_model` with `REMOVE_ALL_MESSAGES`.
+`ExtendedModelResponse` command the model node applies right after appending the model's reply: written by id
+(`writes.py`: the removed messages as `RemoveMessage(id=...)`, changed and new messages replacing a stored one
+in place), never with `REMOVE_ALL_MESSAGES` (as `SummarizationMiddleware` does), so the reply and whatever another
+middleware writes in the same step are kept, and nothing compaction writes shows in `stream_mode="messages"`
+(LangGraph streams a message a node writes only when its id is new, and every one written here reuses a stored
+id).
 
 Middleware order: the first middleware in the list is the outermost. Put `CompactionMiddleware` last (innermost)
-so it sees the final system prompt, tools and messages; in rewrite mode, no middleware outside it should change
-`request.messages` (what it compacts is what it stores).
+so it sees the final system prompt, tools and messages. In rewrite mode the writes touch only messages the state
+holds: a message another middleware put into `request.messages` is compacted with the rest but never stored.
 
 The window: `max_input_tokens`, else the `model` given here, else the profile of the model of each request
 (`request.model.profile["max_input_tokens"]`).
+
+A SystemMessage in `request.messages` after the conversation started (another middleware's note, a tool's
+`Command`) reaches the model as a HumanMessage on every call, compacting or not (see `plan_compaction`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-    PrivateStateAttr,
-)
+try:  # the `agents` extra; without it, an ImportError that says how to install it
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
+except ModuleNotFoundError as _exc:
+    if not (_exc.name or "").startswith("langchain"):
+        raise
+    from lc_compaction._extras import missing_extra
+
+    raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -50,7 +63,10 @@ from lc_compaction.integrations.plan import (
     resolve_policy,
     tokens_beside,
 )
+from lc_compaction.integrations.offload import OffloadTarget, offload_target
+from lc_compaction.integrations.recall import recall_tool
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.structure import fill_missing_ids
 
 __all__ = ["CompactionAgentState", "CompactionMiddleware"]
 
@@ -79,11 +95,17 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             `("turns", N)`; `token_counter` also accepts "exact", "approximate", "messages" or a `TokenCounter`).
         max_input_tokens, target, reserve, strategies, model_name, pin, repair: the other `CompactionPolicy`
             settings (tokens for sizes).
+        offload: True to keep what compaction takes out in the agent's store (`create_agent(..., store=...)`;
+            the run needs a `thread_id`) and register the `recall_tool_result` tool (`self.tools`), or a
+            `BaseStore` to use instead of the agent's. See `lc_compaction.offload`.
+        offload_above: with offload, a tool result over this many tokens is offloaded on arrival (head and tail
+            preview plus the handle). Default `policy.DEFAULT_OFFLOAD_ABOVE`.
 
     Raises:
         ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
             call) no window anywhere and no token trigger.
-        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair.
+        InvalidHistoryError: the history breaks a pairing/order rule and `repair=False` was asked for (by
+            default the middleware repairs it: each repair in the event and the log line).
     """
 
     state_schema = CompactionAgentState
@@ -92,7 +114,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  mode: Mode = "rewrite", trigger: Any = None, keep: Any = None, token_counter: Any = None,
                  max_input_tokens: int | None = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
-                 repair: bool | None = None) -> None:
+                 repair: bool | None = None, offload: Any = None, offload_above: int | None = None) -> None:
         super().__init__()
         check_mode(mode)
         if isinstance(model, str):
@@ -102,12 +124,14 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self.mode: Mode = mode
         self._settings = dict(trigger=trigger, keep=keep, token_counter=token_counter, target=target,
                               reserve=reserve, strategies=strategies, model_name=model_name, pin=pin, repair=repair,
-                              max_input_tokens=max_input_tokens)
+                              max_input_tokens=max_input_tokens, offload=offload, offload_above=offload_above)
         self._policies: dict[int | None, CompactionPolicy] = {}
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
         if policy is not None or max_input_tokens is not None or model is not None:
-            self.policy = resolve_policy(policy, model=model, **self._settings)  # type: ignore[arg-type]
+            self.policy = resolve_policy(policy, model=model, **self._settings)
+        if (self.policy.offload if self.policy is not None else offload) not in (None, False):
+            self.tools = [recall_tool()]  # the agent's ToolNode injects the runtime (store, thread)
 
     def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
         """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
@@ -127,13 +151,20 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         return tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
 
     def _respond(self, plan: CompactionPlan, response: Any) -> ExtendedModelResponse:
+        # The model node appends the reply first, then applies this command: the writes are by id, so the reply
+        # stays after the compacted history.
         if isinstance(response, AIMessage):
             response = ModelResponse(result=[response])
+        writes = plan.messages_writes
+        if len(writes) > 1:  # a repair added a message: the tail is appended again, then the reply after it
+            reply = list(response.result)
+            fill_missing_ids(reply)
+            pairs = [("messages", [*writes[0], *(RemoveMessage(id=m.id) for m in reply)]),
+                     ("messages", [*writes[1], *reply]), (MEMORY_KEY, plan.memory)]
+            return ExtendedModelResponse(model_response=response, command=Command(update=pairs))
         update: dict[str, Any] = {MEMORY_KEY: plan.memory}
-        if plan.messages_update:
-            # The model node first appends the reply; a full rewrite must therefore end with the reply too.
-            update["messages"] = ([*plan.messages_update, *response.result] if plan.rewrites_all
-                                  else plan.messages_update)
+        if writes:
+            update["messages"] = writes[0]
         return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
@@ -143,9 +174,10 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             return handler(request)
         policy = self.policy_for(request.model)
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
-                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request))
+                               mode=self.mode, extra_tokens=self._extra_tokens(policy, request),
+                               held=request.state.get("messages"), offload=_target(policy, request))
         report(plan.result, plan.event)
-        return self._respond(plan, handler(request.override(messages=plan.model_input)))
+        return self._respond(plan, handler(request.override(messages=_any_messages(plan.model_input))))
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -156,6 +188,31 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         policy = self.policy_for(request.model)
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode,
-                                      extra_tokens=self._extra_tokens(policy, request))
+                                      extra_tokens=self._extra_tokens(policy, request),
+                                      held=request.state.get("messages"), offload=_target(policy, request))
         await areport(plan.result, plan.event)
-        return self._respond(plan, await handler(request.override(messages=plan.model_input)))
+        return self._respond(plan, await handler(request.override(messages=_any_messages(plan.model_input))))
+
+
+def _any_messages(messages: list[BaseMessage]) -> list[AnyMessage]:
+    """`messages` as `ModelRequest.override` annotates them (a union of langchain-core's message classes); the
+    list is the request's own messages after compaction, so nothing is converted."""
+    return cast("list[AnyMessage]", messages)
+
+
+def _target(policy: CompactionPolicy, request: ModelRequest) -> OffloadTarget | None:
+    """Where this call offloads (None when off): the agent's store and the run's thread (`offload_target`)."""
+    if policy.offload is None:
+        return None
+    runtime = request.runtime
+    info = getattr(runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    config = None
+    if thread is None:
+        from langgraph.config import get_config
+
+        try:
+            config = get_config()
+        except RuntimeError:
+            config = None
+    return offload_target(policy, store=getattr(runtime, "store", None), config=config, thread_id=thread)

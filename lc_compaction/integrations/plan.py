@@ -7,8 +7,10 @@ translate the `CompactionPlan` into their framework's update; nothing here knows
 
 - `resolve_policy(policy, model=..., **settings)`: the `CompactionPolicy` a door uses (the window from the
   model's profile when not given: `model_window`).
-- `plan_compaction(messages, memory, policy, door=..., mode=...)`: one call's `CompactionPlan`: the model input,
-  the update for the stored messages (rewrite mode), the new memory, and the event data to report.
+- `plan_compaction(messages, memory, policy, door=..., mode=..., offload=...)`: one call's `CompactionPlan`: the
+  model input, the writes for the stored messages (rewrite mode, by id: `writes.py`), the new memory, and the event
+  data; with `offload` (an `integrations.offload.OffloadTarget`), what compaction takes out is written to the store
+  before the plan is returned (`integrations.offload.compact_offloaded`).
 - `Mode`: "rewrite" or "view" (see `langgraph.py`'s module docstring for what each does to the state).
 
 The memory (plain JSON, under the door's memory key; `MEMORY_VERSION` says its layout): how many calls and
@@ -18,20 +20,23 @@ view mode the last model input (`view.py`). It survives any checkpointer and a p
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, RemoveMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import BaseMessage
 
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
+from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
+from lc_compaction.integrations.writes import adopt_ids, by_id_writes
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import fill_missing_ids
-from lc_compaction.tally import CountTally
+from lc_compaction.structure import Repair, fill_missing_ids, normalize_system_messages
+from lc_compaction.tally import CountTally, forget, prefix_counts
 from lc_compaction.tokens import TokenCounter
 
 __all__ = [
@@ -64,7 +69,7 @@ def check_mode(mode: Any) -> Mode:
     """
     if mode not in _MODES:
         raise ValueError(f"mode: must be 'rewrite' or 'view', got {mode!r}")
-    return mode  # type: ignore[no-any-return]
+    return cast(Mode, mode)  # checked just above
 
 
 # ----------------------------------------------------------------------------------------------- the policy
@@ -139,10 +144,14 @@ class CompactionPlan:
 
     Attributes:
         result: the `CompactionResult` of this call.
-        model_input: the messages to send to the model (never empty, no `RemoveMessage`).
-        messages_update: the update for the stored messages in rewrite mode: the changed messages alone
-            (same ids, replaced in place) or `[RemoveMessage(id=REMOVE_ALL_MESSAGES), *compacted]`; None when
-            the stored history stays as it is (view mode, or nothing changed).
+        model_input: the messages to send to the model (never empty, no `RemoveMessage`). A message compaction
+            wrote (a summary, a drop marker) carries the id of the first stored message it stands in place of
+            (`writes.adopt_ids`), in both modes.
+        messages_writes: rewrite mode's writes for the stored messages, by id, to apply in order through
+            `add_messages` (`writes.by_id_writes`: the removed messages as `RemoveMessage(id=...)`, the changed
+            and new ones replacing a stored message in place); one write, or two when a repair added a message
+            where nothing was removed; empty when the stored history stays as it is (view mode, or nothing
+            changed).
         memory: the new memory (plain JSON) to store under the memory key.
         event: the data of this call's custom event (`events.event_payload`: the memory's "last" entry plus the
             door and the number of stored messages), for `events.report`.
@@ -150,15 +159,35 @@ class CompactionPlan:
 
     result: CompactionResult
     model_input: list[BaseMessage]
-    messages_update: list[BaseMessage] | None
+    messages_writes: list[list[BaseMessage]]
     memory: dict[str, Any]
     event: dict[str, Any]
 
-    @property
-    def rewrites_all(self) -> bool:
-        """True when `messages_update` replaces the whole stored history (starts with REMOVE_ALL_MESSAGES)."""
-        first = self.messages_update[0] if self.messages_update else None
-        return isinstance(first, RemoveMessage) and first.id == REMOVE_ALL_MESSAGES
+
+@dataclass
+class _Converted:
+    """The mid-history SystemMessages among the messages added since the previous call, sent as HumanMessages
+    (`structure.normalize_system_messages`) on every call, compacting or not: `repairs` (indices in the
+    compaction input) and `stored_at` (index in the stored history -> the message sent in its place)."""
+
+    repairs: list[Repair]
+    stored_at: dict[int, BaseMessage]
+
+
+_NOTHING_CONVERTED = _Converted([], {})
+"""The conversions of a call whose new messages hold no mid-history SystemMessage (never changed)."""
+
+
+def _convert_new_system_messages(stored: list[BaseMessage], base: Rebuilt | None, start: int,
+                                 to_compact: list[BaseMessage]) -> tuple[list[BaseMessage], _Converted]:
+    """`to_compact` with the mid-history SystemMessages among the new messages (stored[start:], at the end of
+    `to_compact`) sent as HumanMessages: O(new messages); the same list when there is none."""
+    first_new = len(to_compact) - (len(stored) - base.covered) if base is not None else start
+    out, repairs = normalize_system_messages(to_compact, max(first_new, 0))
+    if not repairs:
+        return out, _NOTHING_CONVERTED
+    offset = (base.covered - first_new) if base is not None else 0
+    return out, _Converted(repairs, {r.index + offset: out[r.index] for r in repairs})
 
 
 def _memory(memory: Any, mode: str) -> dict[str, Any] | None:
@@ -202,14 +231,23 @@ class _Planning:
         fill_missing_ids(self.stored, start)
         self.base: Rebuilt | None = (rebuild_view(self.stored, self.previous.get("view"))
                                      if mode == "view" and self.previous is not None else None)
-        self.to_compact = self.base.messages if self.base is not None else self.stored
-        """What to compact: the stored history, or in view mode the previous view plus the new messages."""
+        self.to_compact, self.converted = _convert_new_system_messages(
+            self.stored, self.base, start, self.base.messages if self.base is not None else self.stored)
+        """What to compact: the stored history, or in view mode the previous view plus the new messages; a
+        mid-history SystemMessage among the new messages sent as a HumanMessage (`self.converted`), on every
+        call, compacting or not."""
 
-    def finish(self, result: CompactionResult) -> CompactionPlan:
+    def finish(self, result: CompactionResult, policy: CompactionPolicy,
+               held: Sequence[BaseMessage] | None) -> CompactionPlan:
         stored, mode = self.stored, self.mode
-        out = result.messages
-        if not out:  # compact never empties a non-empty history (the first request is pinned): a bug if it does
+        if self.converted.repairs:  # reported like any repair; in rewrite mode stored in place (same ids)
+            result = dataclasses.replace(result, repairs=[*self.converted.repairs, *result.repairs])
+        if not result.messages:  # compact never empties a non-empty history (the first request is pinned)
             raise AssertionError("compaction returned an empty history for a non-empty one; please report it")
+        held_ids = {m.id for m in held if m.id} if held is not None and result.compacted and mode == "rewrite" else None
+        if result.messages is not self.to_compact:
+            result = _with_messages(result, adopt_ids(self.to_compact, result.messages, held_ids), policy.counter)
+        out = result.messages
         old = self.previous or {}
         new_memory: dict[str, Any] = {
             "version": MEMORY_VERSION,
@@ -220,26 +258,36 @@ class _Planning:
         }
         if result.tally is not None:  # lets the next call count only the messages added since (O(k))
             new_memory["tally"] = result.tally.to_dict()
-        update: list[BaseMessage] | None = None
+        writes: list[list[BaseMessage]] = []
         if mode == "view":
-            new_memory["view"] = view_memory(stored, self.base, old.get("view"), out, unchanged=out is self.to_compact)
+            new_memory["view"] = view_memory(stored, self.base, old.get("view"), out, unchanged=out is self.to_compact,
+                                             swapped=self.converted.stored_at)
         elif result.compacted:
-            stored_ids = {m.id for m in stored if m.id}
-            in_place = (len(out) == len(stored) and all(a.id == b.id for a, b in zip(out, stored))
-                        and all(m.id in stored_ids for m in out))
-            if in_place:
-                update = [m for m, before in zip(out, stored) if m is not before]
-            else:
-                update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *out]
+            writes = by_id_writes(stored, out, held_ids)
         event = event_payload(result, mode=mode, door=self.door, state_messages=self.state_messages,
                               outcome=new_memory["last"])
         # the compacted list is a new list; an unchanged one is the input list itself, passed on without a copy
         return CompactionPlan(result=result, model_input=out if mode == "rewrite" else list(out),
-                              messages_update=update, memory=new_memory, event=event)
+                              messages_writes=writes, memory=new_memory, event=event)
+
+
+def _with_messages(result: CompactionResult, messages: list[BaseMessage], counter: TokenCounter) -> CompactionResult:
+    """`result` with `messages` (the same list but for renamed copies, `adopt_ids`), and its tally moved over to
+    them (ids are not counted: the per-message counts stay), so the next call counts only what is new."""
+    if all(map(operator.is_, messages, result.messages)):
+        return result
+    tally = result.tally
+    if tally is not None:
+        counts = prefix_counts(tally, counter)
+        forget(tally, counter)
+        tally = CountTally.of(messages, tally.tokens, counter, counts)
+    return dataclasses.replace(result, messages=messages, tally=tally)
 
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
-                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                    mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                    held: Sequence[BaseMessage] | None = None,
+                    offload: OffloadTarget | None = None) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -253,6 +301,11 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
         extra_tokens: tokens sent beside the messages (a system prompt or tool schemas not in `messages`; see
             `tokens_beside`).
         key: the state key the messages come from (named in errors).
+        held: the messages the state holds, when `messages` may differ from them (the agent middleware: another
+            middleware may have changed the model request); the writes then remove and replace only messages
+            the state holds (`writes.by_id_writes`). None: the state holds `messages`.
+        offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
+            `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
@@ -262,16 +315,28 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
 
     Raises:
         ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
-        InvalidHistoryError: the history breaks a pairing/order rule and the policy does not repair
-            (names the message index and tool_call_id).
+        InvalidHistoryError: the history breaks a pairing/order rule and the policy says `repair=False`
+            (names the message index and tool_call_id). With `repair` None (the default) the history is
+            repaired, each repair in the result, the event and the log line.
+
+    A SystemMessage among the new messages after the conversation started is sent as a HumanMessage on every
+    call, compacting or not (reported as a repair; in rewrite mode written in place, by id).
     """
     planning = _Planning(messages, memory, mode, door, key)
-    return planning.finish(compact(planning.to_compact, policy, extra_tokens=extra_tokens, tally=planning.tally))
+    todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None else
+              compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair))
+    return planning.finish(result, policy, held)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
-                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages") -> CompactionPlan:
+                           mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
+                           held: Sequence[BaseMessage] | None = None,
+                           offload: OffloadTarget | None = None) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
-    return planning.finish(await acompact(planning.to_compact, policy, extra_tokens=extra_tokens,
-                                          tally=planning.tally))
+    todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None
+              else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally,
+                                            repair=repair))
+    return planning.finish(result, policy, held)

@@ -141,7 +141,9 @@ def _from_json(stored: list[BaseMessage], view: dict[str, Any], covered: int) ->
         if isinstance(seg, str):
             data = replaced.get(seg)
             try:
-                out.extend(messages_from_dict([data]))  # type: ignore[list-item]
+                if data is None:
+                    raise KeyError(seg)
+                out.extend(messages_from_dict([data]))
             except Exception:  # noqa: BLE001 - missing or malformed: the memory is not usable
                 logger.debug("rewritten message %r of the remembered view cannot be read: recomputing", seg)
                 return None
@@ -172,7 +174,7 @@ def _run(stored: list[BaseMessage], start: int, end: int) -> list[Any]:
 
 
 def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, model_input: list[BaseMessage],
-                unchanged: bool) -> dict[str, Any]:
+                unchanged: bool, swapped: dict[int, BaseMessage] | None = None) -> dict[str, Any]:
     """The ``view`` entry for this call's model input, and the view kept as objects for the next call.
 
     Args:
@@ -181,31 +183,55 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         old_view: the previous ``view`` entry (used when `base` is given).
         model_input: the compacted list (the model input).
         unchanged: True when `model_input` is the compaction input itself (nothing compacted): the new entry is
-            then the old one plus one run, O(segments).
+            then the old one plus the new messages as runs, O(segments).
+        swapped: new messages sent in another form, {index in `stored`: the message sent} (a mid-history
+            SystemMessage sent as a HumanMessage): kept as rewritten messages, O(1) each.
     """
     n = len(stored)
     old_segments = old_view.get("segments") if isinstance(old_view, dict) else None
     if unchanged and base is not None and isinstance(old_segments, list):
         segments = list(old_segments)
         replaced = old_view.get("replaced") or {}
-        last = segments[-1] if segments else None
-        if base.covered < n:
-            if isinstance(last, list) and last[1] == base.covered:
-                segments[-1] = _run(stored, last[0], n)
-            else:
-                segments.append(_run(stored, base.covered, n))
+        if swapped:
+            replaced = dict(replaced)
+        _append_runs(segments, replaced, stored, base.covered, n, swapped)
     elif unchanged:
-        segments, replaced = [_run(stored, 0, n)], {}
+        segments, replaced = [], {}
+        _append_runs(segments, replaced, stored, 0, n, swapped)
     else:
         segments, replaced = _segments(stored, model_input)
-    entry = base.entry if base is not None and base.entry is not None else None
-    if entry is not None:  # the stored snapshot grows in place: O(k)
-        entry.stored.extend(stored[base.covered:])  # type: ignore[union-attr]
+    if base is not None and base.entry is not None:  # the stored snapshot grows in place: O(k)
+        entry = base.entry
+        entry.stored.extend(stored[base.covered:])
         entry.view, entry.segments, entry.replaced = model_input, segments, replaced
     else:
         entry = _Entry(list(stored), model_input, segments, replaced)
     _VIEWS.put((n, stored[-1].id), entry)
     return {"covered": n, "last_id": stored[-1].id, "segments": segments, "replaced": replaced}
+
+
+def _append_runs(segments: list[Any], replaced: dict[str, Any], stored: list[BaseMessage], start: int, end: int,
+                 swapped: dict[int, BaseMessage] | None) -> None:
+    """Append `stored[start:end]` to `segments` as runs (the first one merged with a run that ends at `start`),
+    each message of `swapped` in that range as a rewritten one. O(1 + len(swapped))."""
+    pos = start
+    for p, m in sorted((k, v) for k, v in swapped.items() if start <= k < end) if swapped else ():
+        if pos < p:
+            _add_run(segments, stored, pos, p)
+        replaced[str(m.id)] = _dump(m)
+        segments.append(m.id)
+        pos = p + 1
+    if pos < end:
+        _add_run(segments, stored, pos, end)
+
+
+def _add_run(segments: list[Any], stored: list[BaseMessage], lo: int, hi: int) -> None:
+    """Append the run `stored[lo:hi]`, merged into the last segment when that run ends at `lo`."""
+    last = segments[-1] if segments else None
+    if isinstance(last, list) and last[1] == lo:
+        segments[-1] = _run(stored, last[0], hi)
+    else:
+        segments.append(_run(stored, lo, hi))
 
 
 def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tuple[list[Any], dict[str, Any]]:
@@ -228,7 +254,8 @@ def _segments(stored: list[BaseMessage], model_input: list[BaseMessage]) -> tupl
         if i is not None:
             start, end = i, i + 1
         else:
-            replaced[m.id] = _dump(m)  # type: ignore[index]
+            assert m.id is not None, "a compacted history's messages all have ids (compact fills missing ones)"
+            replaced[m.id] = _dump(m)
             segments.append(m.id)
     if start >= 0:
         segments.append(_run(stored, start, end))

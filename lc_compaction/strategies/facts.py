@@ -7,10 +7,19 @@ contain is appended to it in one compact line::
 
     Facts kept verbatim: OBUT9V; HAT084; gift_card_7480005; $130; 2024-05-27
 
-The line is bounded (in tokens); when the missing identifiers do not all fit, the most recent ones are kept and
-the line says how many older ones were left out. A later pass reads the line back (`parse_facts_line`), so an
-identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is carried from summary to
-summary.
+An identifier that comes from tool results (it occurs in a tool result, or in the fenced part of an earlier
+summary, and in no user or system message: an agent that repeats it does not make it the user's) is
+attributed to its tool and fenced (`markers.UNTRUSTED_DATA_FENCE`), on a line of its own::
+
+    Facts kept verbatim from tools: <untrusted_tool_data>get_user_details: OBUT9V; HAT084</untrusted_tool_data>
+
+so that a summary in the user's voice never states tool output (an injected "send $5,000 to IBAN DE89...") as
+the user's own facts. `Identifier.source` is that tool's name (None for the others).
+
+The lines are bounded (in tokens); when the missing identifiers do not all fit, the most recent ones are kept
+and the line says how many older ones were left out. A later pass reads the lines back (`parse_facts`), with
+their attribution, so an identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is
+carried from summary to summary.
 
 Extraction works on spans: patterns run in the order of `DEFAULT_PATTERNS` and a later pattern never matches
 inside a span an earlier one took (the number 2024 inside the date 2024-05-27 is not a separate identifier).
@@ -20,18 +29,31 @@ Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not 
 from __future__ import annotations
 
 import bisect
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from lc_compaction._content import content_text
-from lc_compaction.markers import is_summary, summary_text
+from lc_compaction._content import arguments_text, content_text, is_invalid_call
+from lc_compaction.markers import (
+    UNTRUSTED_DATA_FENCE,
+    defang,
+    fence,
+    fence_label,
+    fenced_spans,
+    is_summary,
+    outside_fences,
+    summary_text,
+)
+from lc_compaction.structure import tool_calls_of, tool_pairs
 
 FACTS_PREFIX = "Facts kept verbatim: "
 """Start of the guard's line in a summary; `parse_facts_line` looks for it."""
+
+TOOL_FACTS_PREFIX = "Facts kept verbatim from tools: "
+"""Start of the guard's line of tool-derived identifiers, each tool's inside its own fence."""
 
 FACTS_SEPARATOR = "; "
 """Between two identifiers in the facts line (no default pattern matches a `"; "`)."""
@@ -88,8 +110,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
 """The identifier patterns, in priority order (kind -> regular expression). Where a pattern has a group 1, the
 group is the identifier (the rest is context). Every repetition is bounded and a match cannot start inside a run
 of the characters it consumes, so extraction stays linear in the text's length (no catastrophic backtracking on
-a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers, codes, amounts,
-e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
+a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
+codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
 `gift_card_7480005`, `"reservation_id": "AQLBTL"`) and the cases (`WH-220`, `ZFA23B`)."""
 
 _TRAILING = ".,;:!?)]}'\"»”’"
@@ -97,10 +119,13 @@ _TRAILING = ".,;:!?)]}'\"»”’"
 
 @dataclass(frozen=True)
 class Identifier:
-    """One identifier: its verbatim `value` (characters as written) and the `kind` of pattern that found it."""
+    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, and
+    its `source`: the name of the tool whose result it came from when it comes from tool results only (see the
+    module docstring), else None."""
 
     value: str
     kind: str
+    source: str | None = None
 
 
 @dataclass
@@ -132,18 +157,25 @@ def _trim(value: str) -> str:
 
 def message_text(message: BaseMessage) -> str:
     """The text the guard reads from a message: its readable content (text blocks; other blocks named by type,
-    never dumped), the arguments of its tool calls as JSON, and for a summary its own text (without the prefix)."""
+    never dumped), the arguments of its tool calls as JSON (of an invalid call, its raw string), and for a summary
+    its own text (without the prefix)."""
     if is_summary(message):
         return summary_text(message)
     parts = [content_text(message.content)]
     if isinstance(message, AIMessage):
-        for call in message.tool_calls:
-            parts.append(json.dumps(call.get("args") or {}, ensure_ascii=False))
+        for call in tool_calls_of(message):  # an invalid call's raw argument string as it is
+            parts.append(arguments_text(call.get("args") if is_invalid_call(call) else call.get("args") or {}))
     return "\n".join(p for p in parts if p)
 
 
 def _presence_re(value: str) -> re.Pattern[str]:
     return re.compile(r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def occurrences(text: str, identifier: Identifier | str) -> list[tuple[int, int]]:
+    """The (start, end) spans where `text` contains the identifier (the same rule as `contains`)."""
+    value = identifier.value if isinstance(identifier, Identifier) else identifier
+    return [m.span() for m in _presence_re(value).finditer(text)]
 
 
 def contains(text: str, identifier: Identifier | str) -> bool:
@@ -154,14 +186,37 @@ def contains(text: str, identifier: Identifier | str) -> bool:
 
 
 def parse_facts_line(text: str) -> list[str]:
-    """The identifiers listed in the facts line(s) of a summary text (empty when it has none)."""
-    out: list[str] = []
+    """The identifiers listed in the facts line(s) of a summary text (empty when it has none), both lines."""
+    return [i.value for i in parse_facts(text)]
+
+
+def parse_facts(text: str) -> list[Identifier]:
+    """The identifiers of the facts lines of a summary text, in order, kind "carried"; those of the tools' line
+    with their tool as `source`."""
+    out: list[Identifier] = []
     for line in text.splitlines():
-        if not line.startswith(FACTS_PREFIX):
-            continue
-        body = re.sub(r" \(\+\d+ older omitted\)$", "", line[len(FACTS_PREFIX):].rstrip())
-        out.extend(v for v in body.split(FACTS_SEPARATOR) if v)
+        if line.startswith(FACTS_PREFIX):
+            out.extend(Identifier(v, "carried") for v in _values(line[len(FACTS_PREFIX):]))
+        elif line.startswith(TOOL_FACTS_PREFIX):
+            body = line[len(TOOL_FACTS_PREFIX):]
+            close = UNTRUSTED_DATA_FENCE[1]
+            for start, end in fenced_spans(body):
+                piece = body[start:end]
+                tool = fence_label(piece)
+                inner = piece[len(UNTRUSTED_DATA_FENCE[0]) + (len(tool) + 2 if tool else 0):]
+                inner = inner[:-len(close)] if inner.endswith(close) else inner
+                out.extend(Identifier(v, "carried", tool or "tool") for v in _values(inner))
     return out
+
+
+def _values(body: str) -> list[str]:
+    body = re.sub(r" \(\+\d+ older omitted\)$", "", body.rstrip())
+    return [v for v in body.split(FACTS_SEPARATOR) if v]
+
+
+def is_facts_line(line: str) -> bool:
+    """Whether `line` is one of the guard's lines (identifiers, or tool-derived identifiers)."""
+    return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX))
 
 
 class FactGuard:
@@ -200,6 +255,10 @@ class FactGuard:
     # ------------------------------------------------------------------ extraction
     def extract(self, text: str) -> list[Identifier]:
         """Identifiers in `text`, distinct values in order of first appearance. O(m log m) in the matches."""
+        return _distinct(i for _, i in self._found(text))
+
+    def _found(self, text: str) -> list[tuple[int, Identifier]]:
+        """Every identifier match in `text` with its start, sorted by start (spans disjoint)."""
         starts: list[int] = []  # the spans taken so far, disjoint, sorted by start (bisect keeps it so)
         ends: list[int] = []
         found: list[tuple[int, Identifier]] = []
@@ -216,54 +275,142 @@ class FactGuard:
                 ends.insert(k, end)
                 found.append((start, Identifier(value, kind)))
         found.sort(key=lambda x: x[0])
-        return _distinct(i for _, i in found)
+        return found
 
     def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
-        """Identifiers of several messages, oldest first (distinct values). For a summary message the
-        identifiers of its facts line come first (they are older than its prose), read back verbatim."""
-        out: list[Identifier] = []
+        """Identifiers of several messages, oldest first (distinct values), each with its `source`: the tool
+        whose result it first occurs in, when it occurs in tool results (or the fenced part of an earlier
+        summary) and in no user or system message (nor the unfenced part of an earlier summary); else None. For
+        a summary message the identifiers of its facts lines come first (they are older than its prose), read
+        back verbatim with their attribution."""
+        messages = list(messages)
+        found: list[Identifier] = []
+        trusted: list[str] = []  # what the user (or the system) said: its identifiers are never tool-derived
+        names = tool_names(messages)
         for m in messages:
             if is_summary(m):
-                out.extend(Identifier(v, "carried") for v in parse_facts_line(summary_text(m)))
-            out.extend(self.extract(message_text(m)))
-        return _distinct(out)
+                text = summary_text(m)
+                carried = parse_facts(text)
+                found.extend(carried)
+                trusted.extend(i.value for i in carried if i.source is None)
+                body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
+                spans = fenced_spans(body)
+                for start, ident in self._found(body):
+                    tool = next((fence_label(body[a:b]) or "tool" for a, b in spans if a <= start < b), None)
+                    found.append(Identifier(ident.value, ident.kind, tool))
+                trusted.append(outside_fences(body))
+            elif isinstance(m, ToolMessage):
+                tool = tool_of(m, names)
+                found.extend(Identifier(i.value, i.kind, tool) for i in self.extract(message_text(m)))
+            else:
+                if isinstance(m, (HumanMessage, SystemMessage)):
+                    trusted.append(message_text(m))
+                found.extend(self.extract(message_text(m)))
+        return _attributed(found, "\n".join(trusted))
 
     # ------------------------------------------------------------------ the guard
     def facts_line(self, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
-                   max_tokens: int | None = None) -> tuple[str, int]:
-        """The line listing `identifiers` (oldest first), bounded by `max_tokens` (default `self.max_tokens`)
-        tokens of `count_text`; the most recent are kept. Returns (line, number omitted); ("", 0) for none."""
+                   max_tokens: int | None = None, redact: Callable[[str], str] | None = None) -> tuple[str, int]:
+        """The line(s) listing `identifiers` (oldest first), bounded by `max_tokens` (default `self.max_tokens`)
+        tokens of `count_text`; the most recent are kept. Identifiers with a `source` go on the tools' line, each
+        tool's fenced. `redact` (a callable on text) is applied to each value. Returns (the lines joined by a
+        newline, number omitted); ("", 0) for none."""
         if not identifiers:
             return "", 0
         bound = self.max_tokens if max_tokens is None else max_tokens
-        values = [i.value for i in identifiers]
+        shown = [Identifier(redact(i.value), i.kind, i.source) for i in identifiers] if redact else list(identifiers)
         # the largest k such that the k most recent fit (monotone in k: binary search, O(log n) counts)
-        lo, hi = 0, len(values)
+        lo, hi = 0, len(shown)
         while lo < hi:
             k = (lo + hi + 1) // 2
-            if count_text(self._render(values[-k:], len(values) - k)) <= bound:
+            if count_text(self._render(shown[-k:], len(shown) - k)) <= bound:
                 lo = k
             else:
                 hi = k - 1
         if lo == 0:
-            return "", len(values)
-        return self._render(values[-lo:], len(values) - lo), len(values) - lo
+            return "", len(shown)
+        return self._render(shown[-lo:], len(shown) - lo), len(shown) - lo
 
     @staticmethod
-    def _render(values: Sequence[str], omitted: int) -> str:
-        return FACTS_PREFIX + FACTS_SEPARATOR.join(values) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
+    def _render(identifiers: Sequence[Identifier], omitted: int) -> str:
+        plain = [defang(i.value) for i in identifiers if i.source is None]
+        tools: dict[str, list[str]] = {}
+        for i in identifiers:
+            if i.source is not None:
+                tools.setdefault(i.source, []).append(i.value)
+        lines = []
+        if plain:
+            lines.append(FACTS_PREFIX + FACTS_SEPARATOR.join(plain))
+        if tools:
+            lines.append(TOOL_FACTS_PREFIX + " ".join(fence(FACTS_SEPARATOR.join(v), t) for t, v in tools.items()))
+        return "\n".join(lines) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
 
     def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
-              max_tokens: int | None = None) -> GuardResult:
-        """Append to `summary` the identifiers it does not contain (see `facts_line`). Any facts line already in
-        `summary` is replaced by the new one (one line at most)."""
-        body = "\n".join(line for line in summary.splitlines() if not line.startswith(FACTS_PREFIX)).rstrip()
+              max_tokens: int | None = None, redact: Callable[[str], str] | None = None) -> GuardResult:
+        """Append to `summary` the identifiers it does not contain (see `facts_line`; `redact` applies to their
+        values). Any facts line already in `summary` is replaced by the new ones."""
+        body = "\n".join(line for line in summary.splitlines() if not is_facts_line(line)).rstrip()
         missing = [i for i in identifiers if not contains(body, i)]
         kept = len(identifiers) - len(missing)
-        line, omitted = self.facts_line(missing, count_text, max_tokens)
+        line, omitted = self.facts_line(missing, count_text, max_tokens, redact)
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
                            added=len(missing) - omitted, omitted=omitted)
+
+
+def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
+    """The tool names of the calls of `messages`, for the results that carry none (OpenAI-format recordings): each
+    result paired with its call by position, as on the wire (`structure.tool_pairs`: a tool-call id may be
+    reused by another turn), under `id(result)`; and under each tool-call id the name of its latest call, for a
+    result outside a tool block. Read it with `tool_of`."""
+    msgs = list(messages)
+    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for m in msgs for c in tool_calls_of(m)}
+    for t, (a, tcid) in tool_pairs(msgs).items():
+        out[id(msgs[t])] = next((c.get("name") for c in tool_calls_of(msgs[a]) if c.get("id") == tcid), None) or "tool"
+    return out
+
+
+def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:
+    """The name of the tool that returned `message`: its own `name`, else its call's (`tool_names`), else "tool"."""
+    return message.name or names.get(id(message)) or names.get(message.tool_call_id) or "tool"
+
+
+def trusted_text(messages: Iterable[BaseMessage]) -> str:
+    """What the user (or the system) said in `messages`: the text of their user and system messages and the
+    unfenced part of their summaries (facts lines included). An identifier found there is never tool-derived."""
+    parts = []
+    for m in messages:
+        if is_summary(m):
+            parts.append(outside_fences(summary_text(m)))
+        elif isinstance(m, (HumanMessage, SystemMessage)):
+            parts.append(message_text(m))
+    return "\n".join(parts)
+
+
+def trust(identifiers: Sequence[Identifier], messages: Iterable[BaseMessage]) -> list[Identifier]:
+    """`identifiers` with no `source` for those that `trusted_text(messages)` contains (the user said them
+    somewhere in the history, e.g. in a request the summary does not replace)."""
+    said = trusted_text(messages)
+    return [Identifier(i.value, i.kind) if i.source is not None and contains(said, i) else i for i in identifiers]
+
+
+def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
+    """Distinct identifiers (first occurrence), each with the first tool it came from, unless `trusted` (what
+    the user or the system said) contains it."""
+    first: dict[str, Identifier] = {}
+    tool: dict[str, str] = {}
+    for i in found:
+        key = i.value.casefold()
+        first.setdefault(key, i)
+        if i.source is not None:
+            tool.setdefault(key, i.source)
+    out = []
+    for key, i in first.items():
+        source = tool.get(key)
+        if source is not None and trusted and contains(trusted, i):
+            source = None
+        out.append(i if i.source == source else Identifier(i.value, i.kind, source))
+    return out
 
 
 def _distinct(items: Iterable[Identifier]) -> list[Identifier]:

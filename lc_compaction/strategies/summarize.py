@@ -24,16 +24,28 @@ The model calls (`model.invoke` in `apply`, `model.ainvoke` in `aapply`; both dr
   tools; output at most `max_summary_tokens` tokens, asked of the model (`max_tokens` or its equivalent, when the
   model has such a field) AND enforced by cutting the reply with a marker (OpenAI-compatible servers such as
   llama.cpp's ignore `max_completion_tokens`); only text blocks are used: never reasoning blocks, signatures or
-  reprs; transient errors are retried (`Runnable.with_retry`, `max_retries`), and the whole call has a `timeout`.
+  reprs; transient errors are retried (`max_retries`), by one retry layer, ours: the model's own client retries
+  are turned off in a copy (`summary_call.without_own_retries`), so they do not multiply;
+- one deadline, `timeout` seconds from the first call, bounds the whole summarization of one compaction: every
+  attempt, every wait between attempts, every chunk, both passes of the ladder. A pass after a failure in the
+  same compaction does not call the model again: it reuses that failure;
+- after a failure the model is not called for `cooldown` seconds (the failure is reported again, naming the
+  error that started it), for every thread and task using this strategy; the ladder goes on meanwhile (the
+  cheaper strategies, and the ledger when the history must shrink).
 
 If the call fails, times out, or answers no text, nothing is removed on that account. By default
 (`fallback="auto"`) the history is left as it is while it still fits the window (the soft pass: the next call
 tries again), and the deterministic ledger (`ledger.build_ledger`) is written instead only when the history must
 shrink to fit the window (the hard pass); `details["fallback_reason"]` says why either way. `fallback="ledger"`
 always writes the ledger, `fallback="raise"` raises `SummarizationError` (the history is untouched), and
-`fallback="skip"` always leaves the history to the next strategy.
+`fallback="skip"` always leaves the history to the next strategy. A failure is reported in
+`details["failures"]["summarize"]` and `details["summarizer_failure"]` (its reason), and as
+`stop_reason="strategy_failed"` when nothing else changed the history; the front doors' event and log line carry it.
 
-Then the fact guard (`facts.FactGuard`) appends the identifiers of the replaced messages that the summary left out.
+Then the provenance guard (`provenance.ProvenanceGuard`) fences, attributed to their tool, the tool-derived text
+the summary holds outside the data fence (`markers.UNTRUSTED_DATA_FENCE`: tool output never speaks in the user's
+voice), and the fact guard (`facts.FactGuard`) appends the identifiers of the replaced messages that the summary
+left out (the tool-derived ones fenced).
 The output cap is lowered to the room the rest of the history leaves under the goal (minus the facts line; not
 below `MIN_SUMMARY_TOKENS`), so the result lands under the target whenever the protected part allows it; a
 summary that would not be smaller than what it replaces is not put in. Figures go to `state.details` (moved to
@@ -42,8 +54,9 @@ summary that would not be smaller than what it replaces is not put in. Figures g
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
@@ -52,18 +65,19 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction._drive import adrive, drive
 from lc_compaction.ladder import LadderState
-from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
-from lc_compaction.strategies.facts import FactGuard, Identifier, contains
+from lc_compaction.progress import fold_steps, keep_progress
+from lc_compaction.strategies.facts import FactGuard, Identifier, contains, trust
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
-from lc_compaction.strategies.summary_call import SummarizationError, SummaryCall, SummaryRequest
+from lc_compaction.strategies.provenance import ProvenanceGuard
+from lc_compaction.strategies.summary_call import Cooldown, SummarizationError, SummaryCall, SummaryRequest
 from lc_compaction.strategies.transcript import CUT_MARKER, MIN_CHUNK_TOKENS, summary_prompts
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
-__all__ = ["CUT_MARKER", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES", "DEFAULT_MAX_SUMMARY_TOKENS",
-           "DEFAULT_TIMEOUT", "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS", "Fallback",
-           "SummarizationError", "Summarize"]
+__all__ = ["CUT_MARKER", "DEFAULT_COOLDOWN", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES",
+           "DEFAULT_MAX_SUMMARY_TOKENS", "DEFAULT_TIMEOUT", "DEFAULT_TRIM_TOKENS_TO_SUMMARIZE", "MIN_SUMMARY_TOKENS",
+           "Fallback", "SummarizationError", "Summarize"]
 
 DEFAULT_MAX_SUMMARY_TOKENS = 1000
 """Default output cap of the summary, in tokens (about 750 English words): room for the default prompt's five
@@ -76,8 +90,13 @@ DEFAULT_TRIM_TOKENS_TO_SUMMARIZE = 4000
 is condensed (tool results cut, then chunks), never dropped."""
 
 DEFAULT_TIMEOUT = 60.0
-"""Default deadline of one summarizer call, retries included, in seconds. A judgment call: a minute bounds how
-long a stalled provider blocks the agent."""
+"""Default deadline of the whole summarization of one compaction (every attempt, wait, chunk and pass), in
+seconds. A judgment call: a minute bounds how long a stalled provider blocks the agent."""
+
+DEFAULT_COOLDOWN = 60.0
+"""Default time after a failure during which the summarizer is not called again, in seconds. A judgment call:
+a failing provider then costs one call a minute instead of one per model call of the agent, and an outage
+shorter than that is retried soon enough."""
 
 DEFAULT_MAX_RETRIES = 2
 """Default retries of a transient error: 3 attempts in all, as `Runnable.with_retry` (`stop_after_attempt=3`)
@@ -137,11 +156,18 @@ class Summarize:
             messages); None for no bound. Default 4,000 (LangChain's).
         max_summary_tokens: output cap, tokens (asked of the model and enforced by a cut). Default 1,000. It is
             lowered when the room under the goal is smaller (not below `MIN_SUMMARY_TOKENS`).
-        timeout: deadline of one summarizer call, retries included, seconds; None for none. Default 60.
-            Async: `asyncio.wait_for` (the call is cancelled). Sync: the call runs in a daemon thread that is
+        timeout: deadline of the whole summarization of one compaction (its attempts, the waits between them,
+            its chunks and both passes of the ladder), seconds; None for none. Default 60. Async:
+            `asyncio.wait_for` (the call is cancelled). Sync: each attempt runs in a daemon thread that is
             abandoned at the deadline (its late answer is discarded). Works for any `BaseChatModel`.
-        max_retries: retries of a transient error (`summary_call.is_transient`). Default 2 (3 attempts).
+        max_retries: retries of a transient error (`summary_call.is_transient`). Default 2 (3 attempts). These
+            are the only retries: the model's own (`ChatOpenAI.max_retries` and the like) are turned off in a
+            copy of the model (`summary_call.without_own_retries`; your model object is not changed).
         initial_delay: first wait before a retry, seconds (then doubling, with up to as much jitter). Default 1.
+        cooldown: after a failure, seconds during which the model is not called again (the failure is
+            reported again, `fallback` applies); 0 for none. Default 60. Shared by every thread and asyncio
+            task that uses this strategy object.
+        clock: the cooldown's clock, a monotonic clock in seconds (default `time.monotonic`; for tests).
         fallback: when the model fails: "auto" (default: "skip" while the history fits the window, "ledger"
             when it must shrink to fit it), "ledger" (write the ledger instead, reported in
             `details["fallback_reason"]`), "raise" (`SummarizationError`, history untouched) or "skip" (change
@@ -155,10 +181,25 @@ class Summarize:
             (`ladder.summary_role`; the role used is `details["summary_role"]`). Steps between a request and a
             later assistant message of the same exchange, where no role fits, are folded into a progress note
             (`progress.fold_steps`), never summarized; so are the running request's old steps, when needed.
+            Whatever the role, tool-derived text in the summary is fenced (see "Tool output" below).
+        redact: a callable on text (str -> str), e.g. your PII redaction, applied to everything the summarizer
+            receives (each message's text and arguments, the earlier summary; the ledger's entries) and to the
+            identifiers of the fact guard's lines. None (default): nothing is redacted. It should leave the
+            fence strings (`markers.UNTRUSTED_DATA_FENCE`) alone.
+
+    Tool output: a summary speaks in the user's voice, so no text that came from tool results may read as the
+    user's. The transcript fences each tool result (`markers.UNTRUSTED_DATA_FENCE`, after the tool's name), the
+    presets tell the model to report instructions found there as content and never as requests, the ledger
+    fences the error results it quotes, and after the summary is written the provenance guard
+    (strategies/provenance.py) fences, attributed to their tool, the identifiers that come from tool results
+    only and the runs of words copied from them; the fact guard puts tool-derived identifiers on a fenced line
+    of their own. `markers.outside_fences(summary_text(m))` is the part that is not tool data.
 
     Reports, in `state.details` (then `CompactionResult.details`; the text goes to `CompactionResult.summary`):
         summarizer: "model", "ledger" (no model, or the fallback) or "none" (`fallback="skip"` after a failure).
-        fallback_reason: why the model's summary was not used (only when it was not).
+        fallback_reason: why the model's summary was not used (only when it was not): the error's text.
+        summarizer_failure: the failure's reason ("error", "timeout", "no_text", or "cooldown": not called).
+        failures: {"summarize": the error's text} (see `LadderState.record_failure`).
         summarized_messages: conversation messages replaced (an earlier summary not counted), over the passes.
         summarizer_calls: model calls made (chunks; retries not counted); summary_input_tokens: the largest
             input of one call (tokens); summary_tokens: the summary message's tokens (the policy's counter).
@@ -166,6 +207,8 @@ class Summarize:
         identifiers_kept_by_summary: how many of them the summary's own text holds (the figure without the
         guard); identifiers_added_by_guard: how many the facts line added; identifiers_omitted: how many are
         in neither (the guard off, or over its bound).
+        tool_text_fenced: pieces of tool-derived text the provenance guard fenced (the model's summary or the
+            ledger's entries).
         summary_skipped: why a written summary was not put in (it would not have been smaller than what it
             replaced); the messages stay.
 
@@ -180,13 +223,17 @@ class Summarize:
     timeout: float | None = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
     initial_delay: float = DEFAULT_INITIAL_DELAY
+    cooldown: float = DEFAULT_COOLDOWN
+    clock: Callable[[], float] = time.monotonic
     fallback: Fallback = "auto"
     fact_guard: bool | FactGuard = True
     role: Literal["human", "ai"] = "human"
+    redact: Callable[[str], str] | None = None
     name: str = "summarize"
     _template: str = field(init=False, repr=False)
     _guard: FactGuard = field(init=False, repr=False)
     _call: SummaryCall | None = field(init=False, repr=False, compare=False, default=None)
+    _cooldown: Cooldown = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, str):
@@ -218,8 +265,16 @@ class Summarize:
         if (isinstance(self.initial_delay, bool) or not isinstance(self.initial_delay, (int, float))
                 or self.initial_delay < 0):
             raise ValueError(f"initial_delay: must be >= 0 seconds, got {self.initial_delay!r}")
+        if (isinstance(self.cooldown, bool) or not isinstance(self.cooldown, (int, float))
+                or not self.cooldown >= 0):
+            raise ValueError(f"cooldown: must be >= 0 seconds, got {self.cooldown!r}")
+        if not callable(self.clock):
+            raise ValueError(f"clock: expected a callable returning seconds, got {type(self.clock).__name__}")
+        self._cooldown = Cooldown(float(self.cooldown), self.clock)
         if self.fallback not in ("auto", "ledger", "raise", "skip"):
             raise ValueError(f"fallback: must be 'auto', 'ledger', 'raise' or 'skip', got {self.fallback!r}")
+        if self.redact is not None and not callable(self.redact):
+            raise ValueError(f"redact: expected a callable str -> str or None, got {type(self.redact).__name__}")
         if not isinstance(self.fact_guard, (bool, FactGuard)):
             raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(self.fact_guard).__name__}")
         self._guard = self.fact_guard if isinstance(self.fact_guard, FactGuard) else FactGuard()
@@ -257,21 +312,31 @@ class Summarize:
         if not plan.messages:  # only steps that no summary can stand in for: fold them, no model call
             self._fold(state, plan.folds)
             return True
-        text, reason = None, None
+        text, failure, reason = None, None, None
         if self._call is not None:
-            count = plan.counter.count_text
-            prompts = summary_prompts(self._template, plan.messages, plan.previous_text,
-                                      self.trim_tokens_to_summarize, count)
-            try:
-                prompt = next(prompts)
-                while True:
-                    plan.calls += 1
-                    plan.input_tokens = max(plan.input_tokens, count(prompt))
-                    prompt = prompts.send((yield SummaryRequest(prompt, plan.reply_cap, count)))
-            except StopIteration as done:
-                text = done.value
-            except SummarizationError as exc:
-                reason = self._on_failure(exc)
+            # --- the call's failure handling (section "a failing summarizer costs one call") ---
+            memo = state.memo.setdefault(("summarize", id(self)), {})
+            failure = memo.get("failure") or self._cooldown.check()
+            if failure is None:
+                if self.timeout is not None:
+                    memo.setdefault("deadline", time.monotonic() + self.timeout)
+                count = plan.counter.count_text
+                prompts = summary_prompts(self._template, plan.messages, plan.previous_text,
+                                          self.trim_tokens_to_summarize, count, redact=self.redact)
+                try:
+                    prompt = next(prompts)
+                    while True:
+                        plan.calls += 1
+                        plan.input_tokens = max(plan.input_tokens, count(prompt))
+                        request = SummaryRequest(prompt, plan.reply_cap, count, memo.get("deadline"))
+                        prompt = prompts.send((yield request))
+                except StopIteration as done:
+                    text = done.value
+                except SummarizationError as exc:
+                    failure = memo["failure"] = exc
+                    self._cooldown.failed(exc)
+            if failure is not None:
+                reason = self._on_failure(state, failure)
                 if self._skips(state):
                     self._record_skip(state, reason)
                     return False
@@ -299,9 +364,13 @@ class Summarize:
             return state.pass_name != "hard"
         return self.fallback == "skip"
 
-    def _on_failure(self, exc: SummarizationError) -> str:
+    def _on_failure(self, state: LadderState, exc: SummarizationError) -> str:
+        """Report `exc` (`details["failures"]`, `details["summarizer_failure"]`), or raise it with
+        `fallback="raise"`; returns its text."""
         if self.fallback == "raise":
             raise exc
+        state.record_failure(self.name, str(exc))
+        state.details["summarizer_failure"] = exc.reason
         return str(exc)
 
     @staticmethod
@@ -402,11 +471,17 @@ class Summarize:
         be smaller than they are, and record the figures in `state.details`."""
         count = plan.counter.count_text
         summarizer = "model" if text is not None else "ledger"
+        # --- tool output never speaks as the user: the provenance guard, then the fact guard ---
+        replaced = [state.slots[i].message for i in plan.replaced]
+        identifiers = trust(plan.identifiers, state.messages)  # what the user said anywhere is not tool data
+        provenance = ProvenanceGuard(replaced, identifiers, trusted=state.messages)
         if text is None:
-            text = build_ledger([state.slots[i].message for i in plan.replaced], max_tokens=plan.reply_cap,
-                                count_text=count)
+            text = build_ledger(replaced, max_tokens=plan.reply_cap, count_text=count, protect=provenance.guard,
+                                redact=self.redact)
+        else:
+            text = provenance.guard(text)
         if plan.facts_cap is not None:
-            result = self._guard.guard(text, plan.identifiers, count, plan.facts_cap)
+            result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact)
             text, kept, added, omitted = result.text, result.kept_by_summary, result.added, result.omitted
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
@@ -439,6 +514,7 @@ class Summarize:
         d["identifiers_kept_by_summary"] = kept
         d["identifiers_added_by_guard"] = added
         d["identifiers_omitted"] = omitted
+        d["tool_text_fenced"] = d.get("tool_text_fenced", 0) + provenance.fenced
 
 
 def _text_counter(counter: TokenCounter) -> TokenCounter:

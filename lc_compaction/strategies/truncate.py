@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from langchain_core.messages import ToolMessage
 
@@ -22,6 +23,7 @@ from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
+from lc_compaction.offload import recall_hint
 
 
 @dataclass
@@ -48,22 +50,30 @@ class TruncateToolResults(SyncStrategy):
         if self.preview_chars < 0:
             raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
 
-    def note(self, message: ToolMessage, text: str | None = None) -> str:
-        """The one-line note that replaces `message.content` (`text`: its `content_text`, when known)."""
+    def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None) -> str:
+        """The one-line note that replaces `message.content` (`text`: its `content_text`, when known); with
+        `recall` (the original's store key, offload on), it ends with how to get the original back
+        (`lc_compaction.offload.recall_hint`)."""
         if text is None:
             text = content_text(message.content)
         preview = " ".join(text[: self.preview_chars].split())
         more = "..." if len(text) > self.preview_chars else ""
         tool = f" from {message.name}" if message.name else ""
+        hint = f". {recall_hint(recall)}" if recall is not None else ""
         return (f"{TRUNCATION_PREFIX}: the result{tool} had {len(text):,} characters; "
-                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}]")
+                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}{hint}]")
 
-    def truncated(self, message: ToolMessage) -> ToolMessage:
-        """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id)."""
+    def truncated(self, message: ToolMessage, *, recall: str | None = None) -> ToolMessage:
+        """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id); with
+        `recall` (the original's store key, offload on), the note says how to recall it and the mark has
+        `"offloaded": {}`."""
         text = content_text(message.content)
         meta = dict(message.response_metadata or {})
         meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text)}
-        return message.model_copy(update={"content": self.note(message, text), "response_metadata": meta})
+        if recall is not None:
+            meta[MARK_KEY]["offloaded"] = {}
+        return message.model_copy(update={"content": self.note(message, text, recall=recall),
+                                          "response_metadata": meta})
 
     def _candidates(self, state: LadderState) -> tuple[list[int], list[int]]:
         """(outside, inside): truncatable results outside the kept part, and inside it less the `keep`
@@ -102,7 +112,8 @@ class TruncateToolResults(SyncStrategy):
             content = old.message.content
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
-            new = self.truncated(old.message)  # type: ignore[arg-type]
+            new = self.truncated(cast(ToolMessage, old.message),  # `_candidates` picks tool results
+                                 recall=state.recall_key(old.message))
             tokens = state.counter.count_message(new)
             if tokens >= old.tokens:
                 continue  # the note would not be smaller

@@ -217,6 +217,19 @@ def is_human(message: BaseMessage) -> bool:
     return isinstance(message, HumanMessage) or _role(message) in ("user", "human")
 
 
+def is_converted_system(message: BaseMessage) -> bool:
+    """A mid-history SystemMessage sent as a HumanMessage: additional_kwargs["lc_compaction"]["converted_from"] ==
+    "system" (the documented mark).  It carries the system's words, not the user's: never "the user's request"."""
+    kwargs = getattr(message, "additional_kwargs", None) or {}
+    mark = kwargs.get("lc_compaction") if isinstance(kwargs, dict) else None
+    return isinstance(mark, dict) and mark.get("converted_from") == "system"
+
+
+def is_user_turn(message: BaseMessage) -> bool:
+    """A HumanMessage that is the user's (not a converted system message)."""
+    return is_human(message) and not is_converted_system(message)
+
+
 def is_system(message: BaseMessage) -> bool:
     return isinstance(message, SystemMessage) or _role(message) in ("system", "developer")
 
@@ -229,10 +242,46 @@ def is_ai(message: BaseMessage) -> bool:
     return isinstance(message, AIMessage)
 
 
-def tool_call_ids(message: BaseMessage) -> list[str]:
+def wire_tool_calls(message: BaseMessage) -> list[dict]:
+    """The tool calls an AIMessage makes on the wire, in order: its tool_calls, then its invalid_tool_calls (calls
+    whose arguments did not parse), which langchain-openai sends as tool_calls too (id, name, the raw argument
+    string) and which create_agent answers with an error ToolMessage."""
     if not isinstance(message, AIMessage):
         return []
-    return [tc.get("id") for tc in (message.tool_calls or [])]
+    return [*(message.tool_calls or []), *(message.invalid_tool_calls or [])]
+
+
+def tool_call_ids(message: BaseMessage) -> list[str]:
+    """The ids of the tool calls an AIMessage makes on the wire (`wire_tool_calls`), in order."""
+    return [tc.get("id") for tc in wire_tool_calls(message)]
+
+
+def result_owners(messages: Sequence[BaseMessage]) -> dict[int, int]:
+    """The wire's pairing: {index of a ToolMessage: index of the closest AIMessage before it that makes a call of
+    its tool_call_id}.  A ToolMessage no earlier AIMessage calls for (an orphan) is left out.  A tool_call id is
+    only unique within one AIMessage: servers that number calls per assistant turn send call_0 in every turn."""
+    latest: dict[str, int] = {}
+    owners: dict[int, int] = {}
+    for i, m in enumerate(messages):
+        for tcid in tool_call_ids(m):
+            latest[tcid] = i
+        if is_tool(m) and m.tool_call_id in latest:
+            owners[i] = latest[m.tool_call_id]
+    return owners
+
+
+def _results_by_call(messages: Sequence[BaseMessage]) -> dict[tuple[int, str], list[int]]:
+    """{(index of an AIMessage, call id): indices of the ToolMessages that answer it (`result_owners`)}."""
+    out: dict[tuple[int, str], list[int]] = {}
+    for t, a in result_owners(messages).items():
+        out.setdefault((a, messages[t].tool_call_id), []).append(t)
+    return out
+
+
+def _call_key(messages: Sequence[BaseMessage], i: int) -> Any:
+    """What identifies the AIMessage at i across the input and the output: its id, else what the model sees."""
+    m = messages[i]
+    return m.id or model_view(m)
 
 
 def text_of(content: Any) -> str:
@@ -256,9 +305,7 @@ def _canon(value: Any) -> str:
 
 def model_view(message: BaseMessage) -> tuple:
     """What the model sees of a message (no id, no metadata): the basis of "unchanged"."""
-    calls = ()
-    if isinstance(message, AIMessage):
-        calls = tuple((tc.get("id"), tc.get("name"), _canon(tc.get("args"))) for tc in (message.tool_calls or []))
+    calls = tuple((tc.get("id"), tc.get("name"), _canon(tc.get("args"))) for tc in wire_tool_calls(message))
     return (
         message.type,
         _role(message),
@@ -405,10 +452,9 @@ def run_checks(names: Iterable[str], ctx: CheckContext) -> None:
 
 @_register
 def no_orphan_tool_results(ctx: CheckContext) -> None:
-    seen: set[str] = set()
+    owners = result_owners(ctx.out)
     for i, m in enumerate(ctx.out):
-        seen.update(tool_call_ids(m))
-        if is_tool(m) and m.tool_call_id not in seen:
+        if is_tool(m) and i not in owners:
             raise AssertionError(
                 f"{_desc(i, m)} answers tool_call_id={m.tool_call_id!r}, "
                 "but no earlier AIMessage in the result has that tool call (orphan tool result)"
@@ -433,7 +479,7 @@ def tool_results_adjacent(ctx: CheckContext) -> None:
                     f"{_desc(run_owner, out[run_owner])}, which calls {tool_call_ids(out[run_owner])}, "
                     "not that id (result not adjacent to its call)"
                 )
-        elif is_ai(m) and m.tool_calls:
+        elif tool_call_ids(m):
             run_owner = i
         else:
             run_owner = None
@@ -441,48 +487,65 @@ def tool_results_adjacent(ctx: CheckContext) -> None:
 
 @_register
 def no_dangling_tool_calls(ctx: CheckContext) -> None:
+    """Every tool call has a ToolMessage answering it: a later one whose closest calling AIMessage is this one
+    (`result_owners`; an id reused by a later turn is another call).  Two calls of one AIMessage with the same id
+    need two answers."""
     out = ctx.out
+    answers = _results_by_call(out)
     for i, m in enumerate(out):
-        for tcid in tool_call_ids(m):
-            if not any(is_tool(t) and t.tool_call_id == tcid for t in out[i + 1 :]):
-                raise AssertionError(
-                    f"{_desc(i, m)} has tool_call id={tcid!r} that no later ToolMessage in the result answers "
-                    "(dangling tool call)"
-                )
+        ids = tool_call_ids(m)
+        for tcid in dict.fromkeys(ids):
+            need, got = ids.count(tcid), len(answers.get((i, tcid), []))
+            if got < need:
+                what = "no later ToolMessage in the result answers" if not got else (
+                    f"{need} calls of this message share, but {got} ToolMessage(s) answer")
+                raise AssertionError(f"{_desc(i, m)} has tool_call id={tcid!r} that {what} (dangling tool call)")
 
 
 @_register
 def no_duplicate_tool_results(ctx: CheckContext) -> None:
-    where: dict[str, list[int]] = {}
-    for i, m in enumerate(ctx.out):
-        if is_tool(m):
-            where.setdefault(m.tool_call_id, []).append(i)
-    for tcid, idx in where.items():
+    """No tool call is answered by more than one ToolMessage (pairing as on the wire, `result_owners`); an id
+    shared by two calls of one AIMessage is a duplicate as soon as two results answer it."""
+    for (a, tcid), idx in _results_by_call(ctx.out).items():
         if len(idx) > 1:
             raise AssertionError(
-                f"tool_call_id={tcid!r} is answered by {len(idx)} ToolMessages: "
+                f"tool_call_id={tcid!r} of {_desc(a, ctx.out[a])} is answered by {len(idx)} ToolMessages: "
                 + ", ".join(_desc(i, ctx.out[i]) for i in idx)
             )
 
 
 @_register
 def tool_pairs_atomic(ctx: CheckContext) -> None:
+    """For every tool call of the input (its AIMessage and its id: a reused id in another turn is another call),
+    the call and its result are both in the output or both absent."""
     out = ctx.out
-    call_at = {tcid: i for i, m in enumerate(out) for tcid in tool_call_ids(m)}
-    result_at = {m.tool_call_id: i for i, m in enumerate(out) if is_tool(m)}
-    for j, m in enumerate(ctx.input):
+    call_at = {(_call_key(out, i), tcid): i for i, m in enumerate(out) for tcid in tool_call_ids(m)}
+    result_at = {(_call_key(out, a), tcid): idx[0] for (a, tcid), idx in _results_by_call(out).items()}
+    inp = ctx.input
+    for j, m in enumerate(inp):
         for tcid in tool_call_ids(m):
-            has_call, has_result = tcid in call_at, tcid in result_at
+            key = (_call_key(inp, j), tcid)
+            has_call, has_result = key in call_at, key in result_at
             if has_call != has_result:
                 if has_call:
                     raise AssertionError(
                         f"tool_call_id={tcid!r} (input[{j}] id={m.id!r}): the call survives at "
-                        f"output[{call_at[tcid]}] but its result was removed"
+                        f"output[{call_at[key]}] but its result was removed"
                     )
                 raise AssertionError(
                     f"tool_call_id={tcid!r} (input[{j}] id={m.id!r}): the result survives at "
-                    f"output[{result_at[tcid]}] (id={out[result_at[tcid]].id!r}) but its call was removed"
+                    f"output[{result_at[key]}] (id={out[result_at[key]].id!r}) but its call was removed"
                 )
+    # a result in the output that no call before it makes any more (its call was removed)
+    owners = result_owners(out)
+    for t, m in enumerate(out):
+        if is_tool(m) and t not in owners:
+            for j, src in enumerate(inp):
+                if m.tool_call_id in tool_call_ids(src):
+                    raise AssertionError(
+                        f"tool_call_id={m.tool_call_id!r} (input[{j}] id={src.id!r}): the result survives at "
+                        f"output[{t}] (id={m.id!r}) but its call was removed"
+                    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -504,7 +567,7 @@ def first_non_system_is_human(ctx: CheckContext) -> None:
 def tool_call_follows_user_or_tool(ctx: CheckContext) -> None:
     out = ctx.out
     for i, m in enumerate(out):
-        if is_ai(m) and m.tool_calls:
+        if tool_call_ids(m):
             if i == 0:
                 raise AssertionError(f"{_desc(i, m)} with tool calls {tool_call_ids(m)} starts the result")
             prev = out[i - 1]
@@ -541,10 +604,10 @@ def thinking_leads_active_turn(ctx: CheckContext) -> None:
             isinstance(c, list) and bool(c) and isinstance(c[0], dict) and c[0].get("type") in THINKING_BLOCK_TYPES
         )
 
-    _, j = active_first_ai(ctx.input, lambda m: is_human(m) and not ctx.is_summary(m))
+    _, j = active_first_ai(ctx.input, lambda m: is_user_turn(m) and not ctx.is_summary(m))
     if j is None or not leads_with_thinking(ctx.input[j]):
         return
-    last, k = active_first_ai(ctx.out, is_human)
+    last, k = active_first_ai(ctx.out, is_user_turn)
     if k is None:
         return
     m = ctx.out[k]
@@ -592,7 +655,7 @@ def preserves_system_prompt(ctx: CheckContext) -> None:
 def _latest_human(ctx: CheckContext) -> tuple[int, BaseMessage] | None:
     for j in range(len(ctx.input) - 1, -1, -1):
         m = ctx.input[j]
-        if is_human(m) and not ctx.is_summary(m):
+        if is_user_turn(m) and not ctx.is_summary(m):
             return j, m
     return None
 
@@ -644,8 +707,9 @@ def keeps_tail_verbatim(ctx: CheckContext) -> None:
 
 @_register
 def nonempty_with_human(ctx: CheckContext) -> None:
-    """At least one HumanMessage that is not a summary (a summary does not carry the user's request)."""
-    if not any(is_human(m) and not ctx.is_summary(m) for m in ctx.out):
+    """At least one HumanMessage that is not a summary (a summary does not carry the user's request), nor a
+    converted system message."""
+    if not any(is_user_turn(m) and not ctx.is_summary(m) for m in ctx.out):
         kinds = [type(m).__name__ for m in ctx.out]
         raise AssertionError(f"the result has no (non-summary) HumanMessage: {kinds}")
 

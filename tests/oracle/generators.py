@@ -6,7 +6,9 @@ A valid history: an optional leading SystemMessage (and optionally a prior summa
 A turn is a HumanMessage, 0..k tool steps (an AIMessage with 1..7 parallel tool_calls directly followed by
 exactly their ToolMessages, in call order or shuffled within the block), then an AIMessage answer.  The last turn
 may stop after its request or after its last tool results (a history about to be sent to the model).
-Every message has a unique id; every tool_call id is unique.
+Every message has a unique id; every tool_call id is unique, unless ``reuse_call_ids=True``: then each AIMessage
+numbers its calls from ``call_0`` (as OpenAI-compatible servers that number calls per assistant turn do), which is
+valid on the wire (a ToolMessage answers a call of the closest AIMessage with tool calls before it).
 """
 
 from __future__ import annotations
@@ -186,16 +188,33 @@ def tool_result_content(draw) -> Any:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _tool_step(draw, ids: _Ids, max_parallel: int) -> list[BaseMessage]:
+MALFORMED_ARGS = ('{"query": "unterminated', '{"path": ', "not json at all", '{"a": 1,}', "")
+"""Raw argument strings a model writes that do not parse (truncated output, trailing comma, prose)."""
+
+
+def invalid_call_result(call: dict) -> ToolMessage:
+    """The error ToolMessage langchain.agents.create_agent adds for an invalid tool call (its text and status)."""
+    name = call.get("name") or "unknown"
+    return ToolMessage(
+        content=f"Tool call {name} with id {call['id']} could not be executed - arguments were malformed or truncated.",
+        name=name,
+        tool_call_id=call["id"],
+        status="error",
+    )
+
+
+def _tool_step(draw, ids: _Ids, max_parallel: int, reuse_call_ids: bool = False,
+               invalid_calls: bool = False) -> list[BaseMessage]:
     style = draw(st.sampled_from(["openai", "openai_text", "blocks", "anthropic"]))
-    n = draw(st.integers(1, max_parallel))
+    n_invalid = draw(st.integers(0, 2)) if invalid_calls else 0
+    n = draw(st.integers(0 if n_invalid else 1, max_parallel))
     calls = []
-    for _ in range(n):
+    for k in range(n):
         calls.append(
             {
                 "name": draw(st.sampled_from(TOOL_NAMES)),
                 "args": draw(tool_args()),
-                "id": ids.call("anthropic" if style == "anthropic" else "openai"),
+                "id": f"call_{k}" if reuse_call_ids else ids.call("anthropic" if style == "anthropic" else "openai"),
                 "type": "tool_call",
             }
         )
@@ -213,7 +232,20 @@ def _tool_step(draw, ids: _Ids, max_parallel: int) -> list[BaseMessage]:
         if draw(st.booleans()):
             content.append(draw(text_blocks()))
         content.extend({"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]} for c in calls)
-    ai = AIMessage(content=content, tool_calls=calls, id=ids.msg(), name=draw(st.sampled_from([None, None, "agent"])))
+    invalid = [
+        {
+            "name": draw(st.sampled_from(TOOL_NAMES)),
+            "args": draw(st.sampled_from(MALFORMED_ARGS)),
+            "id": f"call_{n + k}" if reuse_call_ids else ids.call("openai"),
+            "error": "Function arguments could not be parsed as JSON",
+            "type": "invalid_tool_call",
+        }
+        for k in range(n_invalid)
+    ]
+    ai = AIMessage(content=content, tool_calls=calls, invalid_tool_calls=invalid, id=ids.msg(),
+                   name=draw(st.sampled_from([None, None, "agent"])))
+    # create_agent puts the error results of invalid calls right after the AIMessage, before the tools run
+    errors = [invalid_call_result(c).model_copy(update={"id": ids.msg()}) for c in invalid]
     results = [
         ToolMessage(
             content=draw(tool_result_content()),
@@ -226,7 +258,7 @@ def _tool_step(draw, ids: _Ids, max_parallel: int) -> list[BaseMessage]:
     ]
     if len(results) > 1 and draw(st.booleans()):
         results = list(draw(st.permutations(results)))
-    return [ai, *results]
+    return [ai, *errors, *results]
 
 
 def _answer(draw, ids: _Ids) -> AIMessage:
@@ -251,11 +283,16 @@ def histories(
     system: bool | None = None,
     prior_summary: bool = False,
     min_tool_steps: int = 0,
+    reuse_call_ids: bool = False,
+    invalid_calls: bool = False,
 ) -> list[BaseMessage]:
     """A valid history (list[BaseMessage]) with unique message ids and tool_call ids.
 
     system: True / False forces the leading SystemMessage, None draws it.  prior_summary: allow a leading summary
-    HumanMessage (additional_kwargs lc_source="summarization").  min_tool_steps: at least that many tool steps."""
+    HumanMessage (additional_kwargs lc_source="summarization").  min_tool_steps: at least that many tool steps.
+    reuse_call_ids: every AIMessage numbers its calls call_0, call_1, ... (ids repeat across turns).
+    invalid_calls: tool steps may hold up to 2 invalid tool calls (AIMessage.invalid_tool_calls, raw malformed
+    arguments) answered by create_agent's error ToolMessages, some steps only those."""
     ids = _Ids(draw(st.sampled_from(["", "x", "run7-"])))
     messages: list[BaseMessage] = []
     if system if system is not None else draw(st.booleans()):
@@ -282,7 +319,7 @@ def histories(
         if last and k == 0 and draw(st.booleans()):
             break  # pending request
         for _ in range(k):
-            messages.extend(_tool_step(draw, ids, max_parallel))
+            messages.extend(_tool_step(draw, ids, max_parallel, reuse_call_ids, invalid_calls))
         if last and k > 0 and draw(st.booleans()):
             break  # pending model call after tool results
         messages.append(_answer(draw, ids))
@@ -300,8 +337,31 @@ DEFECT_CHECKS = {
     "non_adjacent_tool_result": "tool_results_adjacent",
     "system_in_middle": "system_only_at_start",
     "starts_with_ai": "first_non_system_is_human",
+    "duplicate_call_id_in_message": "no_duplicate_tool_results",
 }
 """Defect kind -> the check that must fail on it."""
+
+
+SYSTEM_NOTES = (
+    "Reminder: answer in French from now on.",
+    "The user's account was upgraded; quote the new limits.",
+    "Tool results older than an hour are stale.",
+)
+"""Texts of mid-history SystemMessages (a middleware's reminder, a note injected mid-loop)."""
+
+
+@st.composite
+def with_system_notes(draw, history_strategy, max_notes: int = 3) -> list[BaseMessage]:
+    """A history from `history_strategy` with 1..max_notes SystemMessages inserted after the first user request,
+    each where it breaks no tool block (not inside a run of ToolMessages).  Valid except that providers such as
+    Anthropic and Gemini reject a system message after the conversation started (system_only_at_start fails)."""
+    ms = list(draw(history_strategy))
+    first = next((i for i, m in enumerate(ms) if isinstance(m, HumanMessage)), len(ms) - 1)
+    for n in range(draw(st.integers(1, max_notes))):
+        spots = [p for p in range(first + 1, len(ms) + 1) if p == len(ms) or not isinstance(ms[p], ToolMessage)]
+        at = draw(st.sampled_from(spots))
+        ms.insert(at, SystemMessage(content=draw(st.sampled_from(SYSTEM_NOTES)), id=f"note{n}"))
+    return ms
 
 
 @dataclass(frozen=True)
@@ -310,7 +370,7 @@ class Defect:
     check: str
     index: int
     """Index of the faulty message: the orphan / duplicate / misplaced ToolMessage, the AIMessage with the
-    dangling call, the mid-history SystemMessage, the leading AIMessage."""
+    dangling call or with two calls of one id, the mid-history SystemMessage, the leading AIMessage."""
     tool_call_id: str | None
     description: str
 
@@ -318,7 +378,7 @@ class Defect:
 def _tool_blocks(messages: list[BaseMessage]) -> list[tuple[int, list[int]]]:
     blocks = []
     for i, m in enumerate(messages):
-        if isinstance(m, AIMessage) and m.tool_calls:
+        if isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls):
             j = i + 1
             while j < len(messages) and isinstance(messages[j], ToolMessage):
                 j += 1
@@ -331,10 +391,16 @@ def _first_non_system(messages: list[BaseMessage]) -> int:
 
 
 @st.composite
-def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tuple[list[BaseMessage], Defect]:
-    """(history, Defect): a valid history with exactly one defect of a drawn kind (see DEFECT_CHECKS)."""
+def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS), *,
+                     reuse_call_ids: bool | None = False,
+                     invalid_calls: bool | None = False) -> tuple[list[BaseMessage], Defect]:
+    """(history, Defect): a valid history with exactly one defect of a drawn kind (see DEFECT_CHECKS).
+    reuse_call_ids, invalid_calls: as in `histories` (None: drawn)."""
     kind = draw(st.sampled_from(kinds))
-    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1)))
+    reuse = draw(st.booleans()) if reuse_call_ids is None else reuse_call_ids
+    invalid = draw(st.booleans()) if invalid_calls is None else invalid_calls
+    ms = list(draw(histories(max_turns=3, max_steps=2, max_parallel=4, min_tool_steps=1, reuse_call_ids=reuse,
+                             invalid_calls=invalid)))
     blocks = _tool_blocks(ms)
     start = _first_non_system(ms)
     tcid: str | None = None
@@ -363,8 +429,11 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tup
         t = draw(st.sampled_from(tools))
         tcid = ms[t].tool_call_id
         end = tools[-1] + 1  # first message after the block
-        if end >= len(ms):
-            ms.append(AIMessage(content="Done.", id="appended-answer"))
+        calls_again = end < len(ms) and isinstance(ms[end], AIMessage) and any(
+            c.get("id") == tcid for c in [*ms[end].tool_calls, *ms[end].invalid_tool_calls])
+        if end >= len(ms) or calls_again:
+            # (an AIMessage that makes a call of the same id, reused ids, would make the moved result its own)
+            ms.insert(end, AIMessage(content="Done.", id="appended-answer"))
         moved = ms.pop(t)
         # ms[end - 1] is now the first message after the (shorter) block: a non-tool message
         index = end
@@ -379,6 +448,18 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tup
         index = start
         ms.insert(index, AIMessage(content="Hello! How can I help?", id="leading-ai"))
         desc = f"the first non-system message [{index}] is an AIMessage"
+    elif kind == "duplicate_call_id_in_message":
+        ai_index, tools = draw(st.sampled_from(blocks))
+        t = draw(st.sampled_from(tools))
+        tcid = ms[t].tool_call_id
+        ai = ms[ai_index]
+        field = "tool_calls" if any(c["id"] == tcid for c in ai.tool_calls) else "invalid_tool_calls"
+        twin = next(c for c in getattr(ai, field) if c["id"] == tcid)
+        ms[ai_index] = ai.model_copy(update={field: [*getattr(ai, field), dict(twin)]})
+        ms.insert(tools[-1] + 1, ToolMessage(content="second answer", tool_call_id=tcid, name=twin["name"],
+                                             id="twin-tool"))
+        index = ai_index
+        desc = f"the AIMessage at [{index}] makes two calls with the id {tcid!r} (both answered)"
     else:  # pragma: no cover
         raise ValueError(kind)
     return ms, Defect(kind=kind, check=DEFECT_CHECKS[kind], index=index, tool_call_id=tcid, description=desc)
@@ -386,15 +467,19 @@ def broken_histories(draw, kinds: tuple[str, ...] = tuple(DEFECT_CHECKS)) -> tup
 
 __all__ = [
     "DEFECT_CHECKS",
+    "MALFORMED_ARGS",
     "Defect",
+    "SYSTEM_NOTES",
     "base64_data",
     "broken_histories",
     "histories",
     "human_content",
     "image_blocks",
+    "invalid_call_result",
     "long_texts",
     "texts",
     "thinking_blocks",
     "tool_args",
     "tool_result_content",
+    "with_system_notes",
 ]

