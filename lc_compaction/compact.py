@@ -14,7 +14,8 @@ The ladder, in order:
 4. **Second pass**: if the history is still over the budget (`max_input_tokens - reserve`) or still above the
    trigger (so the next call would compact again), the strategies run again toward the target with the
    protected part shrunk to the pins and the most recent step ("hard" pass when over the budget, else
-   "relaxed").
+   "relaxed"). The running request's tool calls never leave the input: its old results become notes, and only
+   what still cannot fit is folded into its progress note (`progress.py`).
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
    the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit,
@@ -243,7 +244,8 @@ class _Compaction:
             slots.append(Slot(m, count(m) if c is None else c))
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
-                                 goal_messages=self.goal_messages, pass_name="soft",
+                                 goal_messages=self.goal_messages, pass_name="soft", budget_tokens=self.budget,
+                                 limit=self.policy.is_triggered,
                                  offload=OffloadKeys(self.original, self.rekey) if self.offload else None)
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
+from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
 from lc_compaction.markers import is_summary
+from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
     CompactionInvariantError,
     Step,
@@ -37,7 +39,8 @@ class Action:
 
     Attributes:
         strategy: the strategy's `name` ("truncate_tool_results", "drop_old_exchanges", "summarize", ...).
-        kind: "truncated", "removed", "summarized", "shortened".
+        kind: "truncated", "removed", "summarized", "folded" (steps of the running request folded into its
+            progress note: `progress.py`), "shortened".
         message_ids: ids of the messages affected (in the input's order).
         tokens_saved: tokens (of the policy's counter) the change saved.
         detail: a short human-readable note.
@@ -103,6 +106,9 @@ class LadderState:
       the request of any exchange that holds a protected message) or in the kept recent part.
     - `fixed_tokens`: tokens counted beside the messages (reply priming, system prompt and tool schemas
       passed separately): part of `total()`.
+    - `budget_tokens`: the hard limit (tokens; None: none); `limit(tokens, n_messages)`: whether a history of that
+      size is over the budget or above the trigger (the policy's `is_triggered`; None: over the goal). The
+      running request's steps are folded only over the limit (`progress.py`).
     - `offload`: the store keys (`lc_compaction.offload.OffloadKeys`) when the caller writes every original this
       compaction takes out to a store before using the result: notes and cuts tell the model how to recall them
       (`recall_key`); None when offload is off.
@@ -110,6 +116,7 @@ class LadderState:
 
     def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
                  goal_tokens: int | None, goal_messages: int | None, pass_name: str,
+                 budget_tokens: int | None = None, limit: Callable[[int, int], bool] | None = None,
                  offload: OffloadKeys | None = None):
         self.slots = slots
         self.counter = counter
@@ -117,6 +124,8 @@ class LadderState:
         self.goal_tokens = goal_tokens
         self.goal_messages = goal_messages
         self.pass_name = pass_name
+        self.budget_tokens = budget_tokens
+        self._limit = limit
         self.offload = offload
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
@@ -125,7 +134,7 @@ class LadderState:
         """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
         its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
-        # The structure (message types, tool-call ids, order) changes only through remove / put_summary;
+        # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
         self._checked_shape = 0  # the ladder validates its input before the first strategy
@@ -159,6 +168,19 @@ class LadderState:
             return True
         return self.goal_messages is not None and len(self.slots) - removed_messages > self.goal_messages
 
+    def over_budget(self, tokens: int | None = None) -> bool:
+        """Whether the history (or a history of `tokens` tokens) is over the budget; False without a budget."""
+        return self.budget_tokens is not None and (self._total if tokens is None else tokens) > self.budget_tokens
+
+    def over_limit(self, tokens: int | None = None, messages: int | None = None) -> bool:
+        """Whether the history (or one of `tokens` tokens and `messages` messages) is over the budget or above
+        the trigger (`limit`); without a `limit`, whether it is over the goal."""
+        tokens = self._total if tokens is None else tokens
+        messages = len(self.slots) if messages is None else messages
+        if self._limit is None:
+            return self.would_be_over_goal(self._total - tokens, len(self.slots) - messages)
+        return self._limit(tokens, messages)
+
     def is_protected(self, i: int) -> bool:
         """Whether message `i` is pinned or in the kept recent part (no strategy may remove it)."""
         return self.slots[i].pinned or self.slots[i].kept
@@ -176,12 +198,15 @@ class LadderState:
         unit (request and answers together). When the request is protected (the first request, the latest,
         or one whose exchange holds a protected message), only the steps after it are listed, and they may
         go one at a time. Summary messages are never listed (the summarizer replaces them itself), nor
-        mid-history system messages (pinned: they stay where they are when their exchange goes).
+        mid-history system messages (pinned: they stay where they are when their exchange goes), nor the steps
+        of the running request (`progress.running_steps`: they are only ever folded into its progress note).
         """
         out: list[tuple[bool, list[Step]]] = []
-        for ex in split_exchanges(self.steps()):
+        steps = self.steps()
+        running = {s.start for s in running_steps(self.messages, steps)}
+        for ex in split_exchanges(steps):
             free = [s for s in ex.steps if not any(self.is_protected(i) for i in s.indices)
-                    and s.kind != "summary" and s.kind != "system"]
+                    and s.kind != "summary" and s.kind != "system" and s.start not in running]
             if not free:
                 continue
             # a mid-history system message (pinned, kept in place) does not keep its exchange from going whole
@@ -250,13 +275,35 @@ class LadderState:
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
         return saved
 
-    def put_summary(self, indices: Sequence[int], summary: BaseMessage, *, strategy: str, detail: str = "") -> int:
+    def summary_runs(self, indices: Sequence[int]) -> list[SummaryRun]:
+        """The runs of consecutive messages among `indices` (the messages a summary would replace), in order,
+        each with its neighbours once they are gone and the role a summary in its place would take
+        (`summary_role`)."""
+        msgs = self.messages
+        n = len(msgs)
+        runs: list[list[int]] = []
+        for i in sorted(set(indices)):
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        out = []
+        for run in runs:
+            before = msgs[run[0] - 1] if run[0] > 0 else None
+            after = msgs[run[-1] + 1] if run[-1] + 1 < n else None
+            out.append(SummaryRun(run, before, after))
+        return out
+
+    def put_summary(self, indices: Sequence[int], summary: BaseMessage, *, strategy: str, detail: str = "",
+                    at: int | None = None) -> int:
         """Replace the messages at `indices` (and any earlier summary among them) by `summary`, placed where
-        the first of them was. Returns the tokens saved."""
+        message `at` was (one of `indices`; default the first of them). Returns the tokens saved."""
         drop = sorted(set(indices))
         if not drop:
             raise ValueError("put_summary needs at least one message to replace")
-        first = drop[0]
+        if at is not None and at not in drop:
+            raise ValueError(f"put_summary: message {at} is not among the messages replaced")
+        first = drop[0] if at is None else at
         for i in drop:
             if self.slots[i].pinned:
                 raise CompactionInvariantError(f"{strategy} tried to summarize pinned message {i}")
@@ -277,6 +324,38 @@ class LadderState:
         self.actions.append(Action(strategy, "summarized", ids, saved, detail))
         return saved
 
+    def fold(self, indices: Sequence[int], replaced: dict[int, BaseMessage], tokens: dict[int, int], *,
+             strategy: str, detail: str = "") -> int:
+        """Remove the messages at `indices` (whole steps) and put `replaced[i]` (same type and tool-call ids,
+        `tokens[i]` tokens) in place of message `i`, as one "folded" action (`progress.fold_steps`); return the
+        tokens saved.
+
+        Raises:
+            CompactionInvariantError: an index to remove is pinned, or a replacement changes a message's type or
+                tool-call ids (a strategy bug).
+        """
+        drop = set(indices)
+        for i in drop:
+            if self.slots[i].pinned:
+                raise CompactionInvariantError(f"{strategy} tried to fold pinned message {i}")
+        for i, message in replaced.items():
+            old = self.slots[i].message
+            if i in drop or type(message) is not type(old) or call_ids(message) != call_ids(old):
+                raise CompactionInvariantError(f"{strategy} replaced message {i} with one of another type or "
+                                               "other tool-call ids")
+        saved = sum(self.slots[i].tokens for i in drop)
+        for i, message in replaced.items():
+            slot = self.slots[i]
+            saved += slot.tokens - tokens[i]
+            self.slots[i] = Slot(message, tokens[i], slot.pinned, slot.kept)
+        ids = [self.slots[i].message.id or "" for i in sorted(drop)]
+        self.removed.extend(self.slots[i].message for i in sorted(drop))
+        self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
+        self._shape += 1
+        self._total -= saved
+        self.actions.append(Action(strategy, "folded", ids, saved, detail))
+        return saved
+
     def check(self, after: str) -> None:
         """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation.
 
@@ -287,6 +366,58 @@ class LadderState:
         violations = check_invariants(self.messages)
         if violations:
             raise CompactionInvariantError(f"after {after}: " + "; ".join(str(v) for v in violations[:5]))
+
+
+def _user_turn(message: BaseMessage | None) -> bool:
+    return message is not None and kind(message) == HUMAN
+
+
+def _start(message: BaseMessage | None) -> bool:
+    return message is None or kind(message) == SYSTEM
+
+
+def summary_role(before: BaseMessage | None, after: BaseMessage | None, preferred: str) -> str | None:
+    """The role of a summary put between `before` and `after` (None: the start, or the end), or None when no role
+    keeps the roles alternating there. `preferred` ("human" or "ai") is taken when it fits, else the other.
+
+    The rule (issue 12: providers and chat templates that require alternating roles reject two user turns in a
+    row; Gemini rejects a tool call right after an assistant turn; the first turn after the system prompt is the
+    user's):
+    - a user turn fits when neither neighbour is a user turn (the summary then answers nothing and asks nothing:
+      it sits between an assistant or tool turn and an assistant turn, or starts the conversation);
+    - an assistant turn fits after a user or tool turn and before a user turn (or at the end).
+    Between a user turn and an assistant turn nothing fits (`Summarize` folds such steps into a progress note
+    instead); nor right after the system prompt before a user turn.
+    """
+    fits = {
+        "human": not _user_turn(before) and not _user_turn(after),
+        "ai": (_user_turn(before) or (before is not None and kind(before) == TOOL))
+              and (after is None or _user_turn(after)),
+    }
+    if fits.get(preferred):
+        return preferred
+    other = "ai" if preferred == "human" else "human"
+    return other if fits[other] else None
+
+
+@dataclass
+class SummaryRun:
+    """A run of consecutive messages a summary would replace (`LadderState.summary_runs`): their indices, and
+    their neighbours once they are gone (None: the start or the end of the history)."""
+
+    indices: list[int]
+    before: BaseMessage | None
+    after: BaseMessage | None
+
+    def role(self, preferred: str) -> str | None:
+        """The role a summary in place of this run takes (`summary_role`), or None when none fits."""
+        return summary_role(self.before, self.after, preferred)
+
+    def breaks_order(self) -> bool:
+        """Whether removing the run without a summary in its place would put two user turns side by side, or
+        leave the first turn after the system prompt not the user's."""
+        return (_user_turn(self.before) and _user_turn(self.after)) or (_start(self.before)
+                                                                          and not _user_turn(self.after))
 
 
 def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],

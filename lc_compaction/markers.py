@@ -4,10 +4,13 @@ Marks live in fields that chat-model integrations do not send to the provider
 (`additional_kwargs` of a HumanMessage, `response_metadata` of a ToolMessage), so
 they survive checkpoints and serialization (plain JSON) without changing the prompt.
 
-- A summary message is a `HumanMessage` with
-  `additional_kwargs={"lc_source": "summarization", "lc_compaction": {"kind": "summary"}}`.
-  `lc_source` is the key LangChain's `SummarizationMiddleware` sets on its summary,
-  so a summary written by that middleware is recognized as a summary too.
+- A summary message is a `HumanMessage` (or, where a user turn would break the alternation of roles, an
+  `AIMessage`: see `Summarize`) with
+  `additional_kwargs={"lc_source": "summarization", "lc_compaction": {"kind": "summary"}}` and a text that starts
+  with `SUMMARY_PREFIX`. `lc_source` is the key LangChain's `SummarizationMiddleware` sets on its summary, and
+  `SUMMARY_PREFIX` the words it starts its summary with, so a summary written by that middleware is recognized
+  too, and so is any summary whose metadata was lost (a history stored as plain role/content JSON, by our CLI's
+  OpenAI-format output or by a database chat history): by its text alone (`is_summary`).
 - A truncated tool result is a `ToolMessage` with
   `response_metadata["lc_compaction"] = {"kind": "truncated", "original_chars": n, ...}`.
   LangChain's `ClearToolUsesEdit` marks `response_metadata["context_editing"]["cleared"]`;
@@ -15,6 +18,9 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
 - A message cut in place because it alone was larger than the budget carries
   `response_metadata["lc_compaction"] = {"kind": "shortened", "original_chars": n, ...}`; a tool-call argument
   cut so ends with `ARGUMENT_CUT_MARKER` (the arguments stay a JSON object).
+- The running request's progress note (`progress.py`): a text that starts with `PROGRESS_PREFIX`, put into an
+  `AIMessage` of the running tool loop; that message carries `additional_kwargs["lc_compaction"]["progress_note"]`.
+  It is recognized by its text alone too.
 - A pinned message (never removed, truncated or summarized) carries
   `additional_kwargs["lc_compaction"] = {"pinned": True}`; see `pin_message`.
 - Where exchanges were dropped, one `AIMessage` with the fixed text `DROPPED_TEXT` and
@@ -38,7 +44,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from lc_compaction._kinds import AI, TOOL, kind
+from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 
 MARK_KEY = "lc_compaction"
 """Key under which lc-compaction keeps its marks (`additional_kwargs` / `response_metadata`)."""
@@ -48,6 +54,11 @@ SUMMARY_PREFIX = "Here is a summary of the conversation to date:\n\n"
 
 TRUNCATION_PREFIX = "[tool result truncated by lc-compaction"
 """Start of the one-line note that replaces a truncated tool result's content."""
+
+PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task were folded to fit the context "
+                   "window; each line below is one tool call already made, with its arguments and its result's "
+                   "size and start]")
+"""First line of the running request's progress note (`progress.py`); one line per folded tool call follows."""
 
 DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
 """The whole text of the marker left where exchanges were dropped. Fixed, so the marker is byte-identical on every
@@ -86,15 +97,47 @@ def _mark(message: BaseMessage, field: str) -> dict[str, Any]:
     return mark if isinstance(mark, dict) else {}
 
 
+_SUMMARY_LEAD = SUMMARY_PREFIX.strip()
+
+
 def is_summary(message: BaseMessage) -> bool:
-    """True for a summary message written by lc-compaction or by LangChain's SummarizationMiddleware."""
+    """True for a summary message written by lc-compaction or by LangChain's SummarizationMiddleware: by its marks
+    (`lc_source`, `lc_compaction.kind`), or, when the marks were lost, by its text: a `HumanMessage`, or an
+    `AIMessage` without tool calls, whose text starts with `SUMMARY_PREFIX` (the words both write). A user who
+    types those exact words first is taken for a summary too: a price of recognizing stored summaries."""
     kwargs = message.additional_kwargs
-    if not kwargs:
+    if kwargs:
+        if kwargs.get("lc_source") == "summarization":
+            return True
+        mark = kwargs.get(MARK_KEY)
+        if isinstance(mark, dict) and mark.get("kind") == "summary":
+            return True
+    k = kind(message)
+    if k != HUMAN and (k != AI or message.tool_calls):  # type: ignore[attr-defined]
         return False
-    if kwargs.get("lc_source") == "summarization":
-        return True
-    mark = kwargs.get(MARK_KEY)
-    return isinstance(mark, dict) and mark.get("kind") == "summary"
+    return _leads_with_summary(message.content)
+
+
+def _leads_with_summary(content: Any) -> bool:
+    """Whether a content's text (the string itself, or its first text block) starts with `SUMMARY_PREFIX`'s words
+    after any whitespace; no copy of the text is made (the check runs on every message of every call)."""
+    text: Any = content
+    if not isinstance(content, str):
+        text = ""
+        for block in content:
+            if isinstance(block, str):
+                text = block
+                break
+            if isinstance(block, dict) and block.get("type") in ("text", "input_text", "output_text"):
+                text = block.get("text")
+                break
+    if not isinstance(text, str):
+        return False
+    at = _SPACE.match(text).end()  # type: ignore[union-attr]
+    return text.startswith(_SUMMARY_LEAD, at)
+
+
+_SPACE = re.compile(r"\s*")
 
 
 def is_truncated(message: BaseMessage) -> bool:
@@ -284,5 +327,11 @@ def make_summary_message(text: str, *, message_id: str | None = None, role: str 
 def summary_text(message: BaseMessage) -> str:
     """The summary's own text, without the fixed prefix (and the `FENCE_NOTE` after it)."""
     text = message.content if isinstance(message.content, str) else message.text
-    text = text[len(SUMMARY_PREFIX):] if text.startswith(SUMMARY_PREFIX) else text
+    lead = text.lstrip()
+    text = lead[len(_SUMMARY_LEAD):].lstrip() if lead.startswith(_SUMMARY_LEAD) else text
     return text[len(FENCE_NOTE):].lstrip("\n") if text.startswith(FENCE_NOTE) else text
+
+
+def is_progress_text(text: Any) -> bool:
+    """True for the text of a progress note (it starts with `PROGRESS_PREFIX`)."""
+    return isinstance(text, str) and text.startswith(PROGRESS_PREFIX)

@@ -171,6 +171,8 @@ OUTCOMES: dict[str, str] = {
     "shortened": "cut in place because it alone did not fit the budget (same id)",
     "changed": "in the result with the same id but other content (e.g. a mid-history system message sent as human)",
     "summarized": "replaced by the summary (known only from a CompactionResult's actions)",
+    "folded": "a step of the running request folded into its progress note, which names its calls (known only "
+              "from a CompactionResult's actions)",
     "removed": "not in the result",
     "summary": "a summary message of the result that was not in the input",
     "marker": "the one-line marker left where exchanges were dropped, not in the input (markers.DROPPED_TEXT)",
@@ -280,8 +282,9 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
     new = _message_list(after, "after")
     old_pos = _positions_by_id(old, "before", required=True)
     new_pos = _positions_by_id(new, "after", required=False)
-    summarized = ({mid for a in after.actions if a.kind == "summarized" for mid in a.message_ids}
-                  if isinstance(after, CompactionResult) else set())
+    actions = after.actions if isinstance(after, CompactionResult) else []
+    summarized = {mid for a in actions if a.kind == "summarized" for mid in a.message_ids}
+    folded = {mid for a in actions if a.kind == "folded" for mid in a.message_ids}
     names = _call_names(old, new)
     rows: list[dict[str, Any]] = []
     shown = 0  # result messages before this position have been placed
@@ -301,7 +304,8 @@ def compaction_table(before: Sequence[BaseMessage], after: CompactionResult | Se
         row = {"index": i, "index_after": j, "role": m.type, "tool": _tool(m, names),
                "tokens_before": tc.count_message(m), "text": _preview(m, text_chars)}
         if j is None:
-            row.update(tokens_after=0, outcome="summarized" if m.id in summarized else "removed")
+            row.update(tokens_after=0, outcome="summarized" if m.id in summarized else
+                       "folded" if m.id in folded else "removed")
         else:
             if j >= shown:
                 place_new_until(j)

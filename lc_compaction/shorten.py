@@ -43,6 +43,7 @@ from lc_compaction.markers import (
     SHORTENED_MARKER,
 )
 from lc_compaction.offload import recall_hint
+from lc_compaction.progress import note_lines, terse_note
 from lc_compaction.structure import is_request, tool_calls_of
 
 MIN_TOKENS_TO_CUT = 50
@@ -258,8 +259,11 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
 def last_resort(state: LadderState, budget: int) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
-    Order: messages not pinned first, then pinned ones, the latest request last; the largest first in each
-    group; the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. Each is cut to what the
+    Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
+    (`progress.py`: it names the calls already made), the latest request last; the largest first in each group;
+    the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
+    terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
+    enough, cut like any message. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
     candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
     reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
@@ -279,14 +283,28 @@ def last_resort(state: LadderState, budget: int) -> None:
         return
     requests = [i for i, s in enumerate(slots) if is_request(s.message)]
     latest = requests[-1] if requests else -1
+    noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
     tried: set[int] = set()
     while state.total() > budget:
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
             return
-        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned, -slots[k].tokens))
+        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned or k in noted, -slots[k].tokens))
         tried.add(i)
+        if i in noted and _terse(state, i) and state.total() <= budget:
+            return
         _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - budget), 1))
+
+
+def _terse(state: LadderState, i: int) -> bool:
+    """Replace message `i`'s progress note by its terse form when that is smaller; whether it was."""
+    new = terse_note(state.slots[i].message)  # type: ignore[arg-type]
+    tokens = state.counter.count_message(new)
+    if tokens >= state.slots[i].tokens:
+        return False
+    state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
+                  detail="progress note made terse: each call named, without its result's size and start")
+    return True
 
 
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:

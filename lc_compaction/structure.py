@@ -103,8 +103,8 @@ class CompactionInvariantError(AssertionError):
 def is_request(message: BaseMessage) -> bool:
     """A user request: a HumanMessage that is not a summary, nor a mid-history SystemMessage sent as a
     HumanMessage (`normalize_system_messages`: an instruction, kept like the system prompt)."""
-    return kind(message) == HUMAN and not (message.additional_kwargs and (
-        is_summary(message) or is_converted_system(message)))
+    return kind(message) == HUMAN and not is_summary(message) and not (
+        message.additional_kwargs and is_converted_system(message))
 
 
 _CALL_FIELDS = ("tool_calls", "invalid_tool_calls")

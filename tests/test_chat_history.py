@@ -157,8 +157,13 @@ class TurnChecker:
         assert [(m.id, model_view(m)) for m in stored] == [(m.id, model_view(m)) for m in self.sent]
 
     def assert_nothing_lost(self, stored: list[BaseMessage], archived: list[BaseMessage]) -> None:
-        """Persist: the inner history shrank, and each message added is unchanged in it or in the archive."""
-        assert len(stored) < len(self.sent)
+        """Persist: the inner history shrank (fewer messages, or, when compaction only cut messages in place, less
+        text: the running request's steps are never removed, issue 12), and each message added is unchanged in it
+        or in the archive."""
+        def chars(messages: list[BaseMessage]) -> int:
+            return sum(len(str(m.content)) for m in messages)
+
+        assert len(stored) < len(self.sent) or chars(stored) < chars(self.sent)
         pool: dict[str, list[BaseMessage]] = {}
         for m in stored + archived:
             pool.setdefault(m.id, []).append(m)
@@ -455,7 +460,9 @@ def test_strategies_run_once_per_compaction_not_on_every_read() -> None:
     """After a compaction the view is under the trigger: adding a short exchange and reading again does not run
     the strategies (a read that recompacted the full inner history would, on every turn)."""
     summary = RecordingSummary()
-    policy = CompactionPolicy(max_input_tokens=4_000, strategies=(summary,))
+    # truncation first: the running request's tool loop (most of these 20 calls) is never summarized, only its
+    # results truncated (issue 12), so without it the view cannot get under the trigger
+    policy = CompactionPolicy(max_input_tokens=4_000, strategies=(TruncateToolResults(), summary))
     history = CompactingChatMessageHistory(memory_history(), policy)
     _, calls = conversation(TAU)
     for inputs, output in calls[:20]:

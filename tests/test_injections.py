@@ -12,11 +12,12 @@ of each conversation is summarized), with the ledger and with a summarizer that 
 
 Checked in every compacted context:
 - a marker that occurs only in tool results of its conversation appears in no non-tool message outside the data
-  fence (`markers.UNTRUSTED_DATA_FENCE`; the AI's own messages do not hold it, so only a summary could carry it);
+  fence (`markers.UNTRUSTED_DATA_FENCE`; the AI's own messages do not hold it, so only a summary, or the running
+  loop's progress note put into an AI message (`progress.py`), could carry it);
 - a marker that is an identifier (an IBAN, an e-mail address) appears in no summary outside the fence even when
   the agent echoed it (it repeated the injection in its text or tool-call arguments): the summary is in the
   user's voice, and the agent repeating tool data does not make it the user's;
-- and, so that the check cannot pass by accident, markers do reach summaries: inside the fence.
+- and, so that the check cannot pass by accident, markers do reach summaries or progress notes: inside the fence.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from lc_compaction import CompactionPolicy
 from lc_compaction.markers import fenced_spans, is_summary, outside_fences
+from lc_compaction.progress import note_lines
 from lc_compaction.replay import replay_conversation
 from lc_compaction.strategies.facts import FactGuard
 from lc_compaction.strategies.summarize import Summarize
@@ -101,7 +103,9 @@ def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
             def check(record: Any, history: list[BaseMessage], result: Any, conv_id: str = conv_id,
                       tool_only: list[str] = tool_only, identifiers: list[str] = identifiers) -> None:
                 nonlocal summarized_contexts
-                summarized_contexts += any(is_summary(m) for m in result.messages)
+                # compaction wrote tool-derived text in its own voice: a summary, or the running loop's progress
+                # note (its steps are folded, never summarized: most injection runs are one request's tool loop)
+                summarized_contexts += any(is_summary(m) or note_lines(m) for m in result.messages)
                 for m in result.messages:
                     if isinstance(m, ToolMessage):
                         continue
@@ -111,6 +115,10 @@ def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
                         assert marker.lower() not in outside, (
                             f"{conv_id} (window {window}, {summarizer}): the tool-only marker {marker!r} speaks "
                             f"in a {m.type} message outside the fence:\n{text[:3000]}")
+                    if note_lines(m):
+                        for start, end in fenced_spans(text):
+                            inside = text[start:end].lower()
+                            fenced_in_summary.update((conv_id, k) for k in tool_only if k.lower() in inside)
                     if not is_summary(m):
                         continue
                     for marker in identifiers:
@@ -124,5 +132,5 @@ def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
             replay_conversation(messages, policy, conversation_id=conv_id, on_call=check)
 
     assert summarized_contexts >= 20
-    # the check is not vacuous: injected markers did reach the summaries, inside the fence
+    # the check is not vacuous: injected markers did reach the summaries or progress notes, inside the fence
     assert len({c for c, _ in fenced_in_summary}) >= 3, sorted(fenced_in_summary)

@@ -129,8 +129,12 @@ def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summari
     summary_rows = df[df["outcome"] == "summary"]
     assert len(summary_rows) == 1
     row = summary_rows.iloc[0]
-    assert row["index"] is pd_na() and row["tokens_before"] == 0 and row["role"] == "human"
-    assert result.messages[row["index_after"]].content.endswith(result.summary)
+    assert row["index"] is pd_na() and row["tokens_before"] == 0
+    message = result.messages[row["index_after"]]
+    assert message.content.endswith(result.summary)
+    # the row names the summary's role: the one its place called for (issue 12: an assistant turn between two
+    # requests, so that no two user turns meet)
+    assert row["role"] == message.type == result.details["summary_role"]
     # the rows around it follow the result's order: index_after increases down the table
     placed = df["index_after"].dropna().tolist()
     assert placed == sorted(placed) == list(range(len(result.messages)))
@@ -138,9 +142,14 @@ def test_summary_row_sits_where_the_summary_is_and_replaced_messages_say_summari
     summarized = {mid for a in result.actions if a.kind == "summarized" for mid in a.message_ids} & input_ids
     assert summarized and set(df.loc[df["outcome"] == "summarized", "index"].map(lambda i: before[i].id)) == summarized
     assert "removed" not in set(df["outcome"])
+    # the running request's steps are folded into its progress note, never summarized (issue 12)
+    folded = {mid for a in result.actions if a.kind == "folded" for mid in a.message_ids} & input_ids
+    assert set(df.loc[df["outcome"] == "folded", "index"].map(lambda i: before[i].id)) == folded
+    assert not folded & summarized
     # from the message list alone, a message that is gone can only be said to be removed
     plain = compaction_table(before, result.messages, policy.counter)
-    assert set(plain.loc[plain["outcome"] == "removed", "index"]) == set(df.loc[df["outcome"] == "summarized", "index"])
+    assert set(plain.loc[plain["outcome"] == "removed", "index"]) == set(
+        df.loc[df["outcome"].isin(["summarized", "folded"]), "index"])
 
 
 def test_untriggered_compaction_keeps_everything():

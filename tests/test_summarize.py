@@ -15,7 +15,7 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.exceptions import ModelAPIError, ModelInvalidRequestError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.constants import TAG_NOSTREAM
@@ -413,13 +413,29 @@ def test_user_patterns_reach_the_guard():
 
 
 # ---------------------------------------------------------------------------------------- message, prompts, settings
-def test_the_summary_message_is_a_marked_human_message_by_default_or_an_ai_message():
-    human = compact(history(12), policy(fast(model=ScriptedModel(script=["S."]))))
-    (message,) = summaries(human.messages)
-    assert isinstance(message, HumanMessage) and message.content.startswith(SUMMARY_PREFIX)
-    ai = compact(history(12), policy(fast(model=ScriptedModel(script=["S."]), role="ai")))
-    (message,) = summaries(ai.messages)
-    assert isinstance(message, AIMessage)
+def test_the_summary_message_is_marked_and_takes_the_role_its_place_calls_for():
+    """The summary is a marked message starting with the prefix; `role` is the preferred role, taken where it keeps
+    the turns alternating: between two requests only an assistant turn does, whatever the preference (issue 12)."""
+    for preferred in ("human", "ai"):
+        result = compact(history(12), policy(fast(model=ScriptedModel(script=["S."]), role=preferred)))
+        (message,) = summaries(result.messages)
+        assert message.content.startswith(SUMMARY_PREFIX) and message.additional_kwargs["lc_source"] == "summarization"
+        i = result.messages.index(message)
+        before, after = result.messages[i - 1], result.messages[i + 1]
+        assert isinstance(before, HumanMessage) and isinstance(after, HumanMessage)  # it sits between two requests
+        assert isinstance(message, AIMessage) and result.details["summary_role"] == "ai"
+    # where the preferred user turn fits (after tool results, before an assistant step), it is taken
+    def call(k: int) -> AIMessage:
+        return AIMessage("", tool_calls=[{"name": "f", "args": {"k": k}, "id": f"c{k}"}], id=f"a{k}")
+
+    msgs = [SystemMessage("s", id="s"), HumanMessage("do it", id="h1"), call(1), ToolMessage("r", tool_call_id="c1"),
+            call(2), ToolMessage("r " * 400, tool_call_id="c2", id="t2"), call(3), ToolMessage("r", tool_call_id="c3"),
+            AIMessage("done " * 200, id="a4"), HumanMessage("next", id="h2")]
+    result = compact(msgs, CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 600), keep=("messages", 1),
+                                            pin={"a1", "a3"}, strategies=[fast(model=ScriptedModel(script=["S."]))]))
+    (message,) = summaries(result.messages)
+    assert [m.id for m in result.messages] == ["s", "h1", "a1", msgs[3].id, message.id, "a3", msgs[7].id, "h2"]
+    assert isinstance(message, HumanMessage) and result.details["summary_role"] == "human"
     with pytest.raises(ValueError, match="system"):
         Summarize(role="system")
 

@@ -30,6 +30,7 @@ from lc_compaction.markers import (
     split_fenced,
     summary_text,
 )
+from lc_compaction.ladder import summary_role
 from lc_compaction.strategies.facts import TOOL_FACTS_PREFIX, FactGuard, parse_facts
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import PRESETS
@@ -231,10 +232,32 @@ def test_tool_attribution_is_carried_from_one_summary_to_the_next():
 
 
 def test_the_summary_role_stays_configurable_and_the_fence_holds_in_both():
-    for role, cls in (("human", HumanMessage), ("ai", AIMessage)):
+    # `role` is the preference, taken where it keeps the turns alternating (`ladder.summary_role`); the fence holds
+    # whichever role the summary takes
+    for role in ("human", "ai"):
         result = compact(inbox_history(), CompactionPolicy(max_input_tokens=WINDOW, strategies=[Summarize(role=role)]))
         (message,) = [m for m in result.messages if is_summary(m)]
-        assert isinstance(message, cls) and IBAN not in outside_fences(message.content)
+        i = result.messages.index(message)
+        after = result.messages[i + 1] if i + 1 < len(result.messages) else None
+        expected = summary_role(result.messages[i - 1], after, role)
+        cls = HumanMessage if expected == "human" else AIMessage
+        assert result.details["summary_role"] == expected and isinstance(message, cls)
+        assert IBAN not in outside_fences(message.content)
+    # a summary in a user turn (between tool results and the next assistant step, the steps around it pinned)
+    # holds the fence too
+    msgs = [SystemMessage("You are a banking assistant.", id="sys"),
+            HumanMessage("Please pay my bills from the inbox.", id="h0")]
+    for k in range(5):
+        body = INJECTION if k == 2 else f"Bill {k}: electricity, amount due EUR {100 + k}. " + "details " * 400
+        msgs += [AIMessage("", id=f"a{k}", tool_calls=[{"name": "read_inbox", "args": {"n": k}, "id": f"c{k}"}]),
+                 ToolMessage(body, tool_call_id=f"c{k}", id=f"t{k}")]
+    msgs += [AIMessage("All bills read.", id="done"), HumanMessage("Thanks, now the next one.", id="h1")]
+    for role in ("human", "ai"):
+        result = compact(msgs, CompactionPolicy(max_input_tokens=WINDOW, keep=("messages", 1), pin={"a0", "a4"},
+                                                strategies=[Summarize(role=role)]))
+        (message,) = [m for m in result.messages if is_summary(m)]
+        assert isinstance(message, HumanMessage) and result.details["summary_role"] == "human"
+        assert IBAN in msgs[7].content and IBAN not in outside_fences(message.content)
 
 
 # ----------------------------------------------------------------------------------------------------- redact

@@ -16,8 +16,13 @@ and a much later one (`leave_markers` below):
   a summary) or before an AIMessage that makes no tool call, never first after the system prompt and never last.
   So it is never a second HumanMessage after another, never between a tool call and its results (whole steps
   go), and never an assistant message right before an assistant tool call (Gemini: a tool call follows a user or
-  tool turn). Where the next kept message is an assistant tool call (steps dropped inside a running tool loop),
+  tool turn). Where the next kept message is an assistant tool call (steps dropped inside an older tool loop),
   no marker is left (nor kept).
+
+The running request's steps are never removed: in the second pass, when the history is still over the limit
+(budget or trigger), its oldest steps are folded into its progress note instead (`progress.keep_progress`). The
+two coexist: the drop marker marks finished exchanges left out, the progress note names the running loop's folded
+calls; no drop marker is ever put inside the running loop.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import is_dropped_marker, make_dropped_marker
+from lc_compaction.progress import keep_progress
 from lc_compaction.structure import call_ids
 
 
@@ -40,7 +46,8 @@ class DropOldExchanges(SyncStrategy):
     name: str = "drop_old_exchanges"
 
     def apply(self, state: LadderState) -> None:
-        """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal."""
+        """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal; then
+        fold the running request's oldest steps if the rule says so (`progress.keep_progress`)."""
         # Plan once over the current structure (O(n)), then remove in one batch.
         chosen: list[int] = []
         saved = 0
@@ -63,6 +70,7 @@ class DropOldExchanges(SyncStrategy):
         if chosen:
             state.remove(chosen, strategy=self.name, notes=notes,
                          detail=f"{units} exchange(s) or step(s), {len(chosen)} messages")
+        keep_progress(state, strategy=self.name)
 
 
 # ------------------------------------------------------------------------------------ the drop marker

@@ -2,9 +2,16 @@
 
 What is evicted is what the ladder allows (`LadderState.removable_exchanges()`: whole exchanges and whole steps,
 tool blocks never split, outside the protected part), all of it in one pass, so the next calls do not summarize
-again; an earlier summary is passed to the summarizer explicitly and replaced together with them (at most one
-summary message, placed where the first replaced message was). A pass whose only evictable content is the earlier
-summary does nothing.
+again; an earlier summary (recognized by its marks, or by its text when they were lost) is passed to the summarizer
+explicitly and replaced together with them: at most one summary message. A pass whose only evictable content is
+the earlier summary does nothing.
+
+Where the summary goes: never inside the running request's tool loop (its steps are never evicted; they are folded
+into its progress note, `progress.py`), and never so that two user turns meet that were not side by side: it takes
+the place of the first run of replaced messages whose removal would let two requests meet, in the role that keeps
+the turns alternating (an assistant turn between two requests, a user turn between tool results and the next
+assistant step: `ladder.summary_role`); steps between a request and a later assistant message of its exchange, where
+no role fits, are folded into a progress note instead of summarized.
 
 The model calls (`model.invoke` in `apply`, `model.ainvoke` in `aapply`; both drive one generator, `_pass`):
 
@@ -59,6 +66,7 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._drive import adrive, drive
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
+from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.strategies.facts import FactGuard, Identifier, contains, trust
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
@@ -117,8 +125,22 @@ class _Plan:
     reply_cap: int
     facts_cap: int | None
     counter: TokenCounter
+    at: int                        # index of the replaced message whose place the summary takes
+    role: str                      # the summary's role there ("human" or "ai": `ladder.summary_role`)
+    folds: list[list[str]]         # runs of steps (message ids) folded into a progress note instead
     calls: int = 0
     input_tokens: int = 0
+
+
+@dataclass
+class _Place:
+    """Where a summary goes (`Summarize._place`): the index whose place it takes (None: nowhere keeps the roles
+    alternating), its role, the indices it replaces, and the runs of steps (message ids) to fold instead."""
+
+    at: int | None
+    role: str
+    replaced: list[int]
+    folds: list[list[str]]
 
 
 @dataclass
@@ -152,9 +174,13 @@ class Summarize:
             nothing; the next strategy of the ladder goes on).
         fact_guard: True (default `FactGuard()`), False (off: identifiers are still counted for the report), or
             a `FactGuard` with your patterns and bound.
-        role: "human" (default, as LangChain's SummarizationMiddleware) or "ai": the summary message's type.
-            Never "system" (a mid-history system message is rejected by Anthropic and Gemini). With "ai", a kept
-            tool call right after the summary breaks Gemini's rule that a tool call follows a user or tool turn.
+        role: "human" (default) or "ai": the summary message's preferred type. Never "system" (a mid-history system
+            message is rejected by Anthropic and Gemini). Where the preferred role would put two user turns (or
+            an assistant turn and a tool call) side by side, the summary takes the other one: between two requests
+            it is an assistant turn, between tool results and the next assistant step a user turn
+            (`ladder.summary_role`; the role used is `details["summary_role"]`). Steps between a request and a
+            later assistant message of the same exchange, where no role fits, are folded into a progress note
+            (`progress.fold_steps`), never summarized; so are the running request's old steps, when needed.
             Whatever the role, tool-derived text in the summary is fenced (see "Tool output" below).
         redact: a callable on text (str -> str), e.g. your PII redaction, applied to everything the summarizer
             receives (each message's text and arguments, the earlier summary; the ledger's entries) and to the
@@ -270,12 +296,23 @@ class Summarize:
         await adrive(self._pass(state), self._call.ainvoke if self._call else _no_call)
 
     def _pass(self, state: LadderState) -> Generator[SummaryRequest, str, None]:
-        """One pass: plan, yield each model call (`summary_prompts`) and receive its text, then commit the
-        summary (the ledger when there is no model, or per `fallback` when the model failed)."""
+        """One pass: the summary (`_summary_pass`), then, unless the model failed and the pass was skipped, the
+        running request's progress note if the history is still over the limit (`progress.keep_progress`: the
+        loop's steps are never summarized)."""
+        if (yield from self._summary_pass(state)):
+            keep_progress(state, strategy=self.name, guard=self._fold_guard())
+
+    def _summary_pass(self, state: LadderState) -> Generator[SummaryRequest, str, bool]:
+        """Plan, yield each model call (`summary_prompts`) and receive its text, then commit the summary (the
+        ledger when there is no model, or per `fallback` when the model failed) and the folds the plan holds.
+        Returns False when the model failed and the history was left as it is."""
         plan = self._plan(state)
         if plan is None:
-            return
-        text, failure = None, None
+            return True
+        if not plan.messages:  # only steps that no summary can stand in for: fold them, no model call
+            self._fold(state, plan.folds)
+            return True
+        text, failure, reason = None, None, None
         if self._call is not None:
             # --- the call's failure handling (section "a failing summarizer costs one call") ---
             memo = state.memo.setdefault(("summarize", id(self)), {})
@@ -302,10 +339,24 @@ class Summarize:
                 reason = self._on_failure(state, failure)
                 if self._skips(state):
                     self._record_skip(state, reason)
-                    return
-                self._commit(state, plan, None, reason)
-                return
-        self._commit(state, plan, text, None)
+                    return False
+        self._commit(state, plan, text, reason)
+        self._fold(state, plan.folds)
+        return True
+
+    def _fold(self, state: LadderState, folds: list[list[str]]) -> None:
+        """Fold each run of steps (given by their message ids: the summary moved the indices) into a progress
+        note (`progress.fold_steps`), the latest run first."""
+        for ids in reversed(folds):
+            at = {m.id: i for i, m in enumerate(state.messages)}
+            inside = {at[i] for i in ids if i in at}
+            steps = [st for st in state.steps() if st.start in inside]
+            if len(inside) == len(ids) and sum(len(st.indices) for st in steps) == len(inside):
+                fold_steps(state, steps, strategy=self.name, guard=self._fold_guard())
+
+    def _fold_guard(self) -> FactGuard | None:
+        """The fact guard the progress note's lines use when this strategy folds (None when the guard is off)."""
+        return None if self.fact_guard is False else self._guard
 
     def _skips(self, state: LadderState) -> bool:
         """After a failure: leave the history as it is (True) or write the ledger (False)."""
@@ -328,16 +379,72 @@ class Summarize:
         state.details["fallback_reason"] = reason
 
     # ------------------------------------------------------------------ planning
+    @staticmethod
+    def _evictable(state: LadderState) -> list[int]:
+        """The conversation messages a summary may replace (`LadderState.removable_exchanges`), in order."""
+        slots = state.slots
+        return sorted({i for _, steps in state.removable_exchanges() for st in steps for i in st.indices
+                       if not is_summary(slots[i].message)})
+
+    def _place(self, state: LadderState, indices: list[int]) -> _Place:
+        """Where the summary of `indices` goes (see the module docstring and `ladder.summary_role`).
+
+        The replaced messages form runs. A run between a request and an assistant message of the same exchange
+        (its first steps, when later ones stay) admits no role: it is folded into a progress note. The summary
+        takes the place of the first run whose removal alone would let two user turns meet (or leave the first
+        turn after the system prompt not the user's), else of the first run that holds conversation messages and
+        where a role fits. A later run whose removal alone would break the order is left in place."""
+        msgs = state.messages
+        steps = {st.start: st for st in state.steps()}
+        runs, folds = [], []
+        for run in state.summary_runs(indices):
+            if (run.before is not None and run.before.type == "human" and run.after is not None
+                    and run.after.type == "ai" and self._whole_steps(run.indices, steps)):
+                folds.append([msgs[i].id or "" for i in run.indices])
+            else:
+                runs.append(run)
+        host = next((r for r in runs if r.breaks_order()), None)
+        if host is None:
+            placeable = [r for r in runs if r.role(self.role)]
+            host = next((r for r in placeable if not all(is_summary(msgs[i]) for i in r.indices)),
+                        placeable[0] if placeable else None)
+        role = host.role(self.role) if host is not None else None
+        if host is None or role is None:
+            return _Place(None, self.role, [], folds)
+        replaced = [i for r in runs if r is host or not r.breaks_order() for i in r.indices]
+        return _Place(host.indices[0], role, replaced, folds)
+
+    @staticmethod
+    def _whole_steps(indices: list[int], steps: dict[int, Any]) -> bool:
+        """Whether `indices` (consecutive) are whole assistant steps."""
+        i = indices[0]
+        while i <= indices[-1]:
+            st = steps.get(i)
+            if st is None or st.kind != "assistant":
+                return False
+            i = st.end
+        return i == indices[-1] + 1
+
     def _plan(self, state: LadderState) -> _Plan | None:
-        """What to replace (everything evictable, plus the earlier summaries) and the caps; None when there is
-        no conversation message to evict (an earlier summary alone is never summarized again)."""
+        """What to replace (everything evictable, plus the earlier summaries), where, what to fold, and the caps;
+        None when there is no conversation message to evict (an earlier summary alone is never summarized again),
+        or when no place for the summary keeps the roles alternating and nothing is to be folded
+        (`details["summary_skipped"]` says so)."""
         slots = state.slots
         previous = [i for i, s in enumerate(slots) if is_summary(s.message) and not s.pinned]
-        evicted = sorted({i for _, steps in state.removable_exchanges() for st in steps for i in st.indices
-                          if not is_summary(slots[i].message)})
+        evicted = self._evictable(state)
         if not evicted:
             return None
-        replaced = sorted(set(evicted) | set(previous))
+        place = self._place(state, sorted(set(evicted) | set(previous)))
+        evicted = [i for i in place.replaced if not is_summary(slots[i].message)]
+        if place.at is None or not evicted:
+            if place.at is None and not place.folds:
+                state.details["summary_skipped"] = "no place for a summary keeps the roles alternating"
+            if not place.folds:
+                return None
+            return _Plan(replaced=[], messages=[], previous_text=None, identifiers=[], reply_cap=0, facts_cap=None,
+                         counter=state.counter, at=0, role=place.role, folds=place.folds)
+        replaced, at, role = place.replaced, place.at, place.role
         counter = _text_counter(state.counter)
         guard = self._guard
         identifiers = guard.extract_messages(slots[i].message for i in replaced)
@@ -349,12 +456,14 @@ class Summarize:
         reply_cap = self.max_summary_tokens
         if state.goal_tokens is not None and counter is state.counter:
             replaced_tokens = sum(slots[i].tokens for i in replaced)
-            overhead = state.counter.count_message(make_summary_message("", role=self.role))
+            overhead = state.counter.count_message(make_summary_message("", role=role))
             room = state.goal_tokens - (state.total() - replaced_tokens) - overhead - facts_need
             reply_cap = max(MIN_SUMMARY_TOKENS, min(reply_cap, room))
-        previous_text = "\n\n".join(summary_text(slots[i].message) for i in previous) or None
+        previous_text = "\n\n".join(summary_text(slots[i].message) for i in replaced
+                                  if is_summary(slots[i].message)) or None
         return _Plan(replaced=replaced, messages=[slots[i].message for i in evicted], previous_text=previous_text,
-                     identifiers=identifiers, reply_cap=reply_cap, facts_cap=facts_cap, counter=counter)
+                     identifiers=identifiers, reply_cap=reply_cap, facts_cap=facts_cap, counter=counter, at=at,
+                     role=role, folds=place.folds)
 
     # ------------------------------------------------------------------ committing
     def _commit(self, state: LadderState, plan: _Plan, text: str | None, fallback_reason: str | None) -> None:
@@ -378,7 +487,7 @@ class Summarize:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
             added, omitted = 0, len(plan.identifiers) - kept
         message = make_summary_message(text, message_id=f"lc-compaction-summary-{uuid.uuid4().hex[:12]}",
-                                       role=self.role)
+                                       role=plan.role)
         replaced_tokens = sum(state.slots[i].tokens for i in plan.replaced)
         if state.counter.count_message(message) >= replaced_tokens:
             # a summary no smaller than what it replaces saves nothing: keep the messages themselves
@@ -389,9 +498,10 @@ class Summarize:
         merged = len(plan.replaced) - n
         detail = (f"{n} message(s) summarized by the {summarizer}" + (", earlier summary merged" if merged else "")
                   + (f" (fallback: {fallback_reason})" if fallback_reason else ""))
-        state.put_summary(plan.replaced, message, strategy=self.name, detail=detail)
+        state.put_summary(plan.replaced, message, strategy=self.name, detail=detail, at=plan.at)
         d = state.details
         d["summary"] = text
+        d["summary_role"] = plan.role
         d["summarizer"] = summarizer
         if fallback_reason:
             d["fallback_reason"] = fallback_reason

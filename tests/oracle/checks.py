@@ -951,6 +951,54 @@ ALL_STRUCTURAL: list[str] = [
 ]
 """Checks that must hold for every compaction output (with the conditions of CONDITIONAL_STRUCTURAL)."""
 
+# --------------------------------------------------------------------------------------------------------------
+# the running request's calls (issue 12)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def running_calls(history: Sequence[BaseMessage]) -> list[dict]:
+    """The tool calls of the running request of `history` (in order): when the history ends with tool results
+    (the model is about to be called with them), every tool call made after its latest user request (a
+    HumanMessage that is not a summary: marks or the summary prefix); else none."""
+    if not history or not is_tool(history[-1]):
+        return []
+    request = max((i for i, m in enumerate(history) if is_human(m) and not default_is_summary(m)
+                   and not text_of(m.content).lstrip().startswith(SUMMARY_PREFIXES)), default=-1)
+    return [c for m in history[request + 1:] if is_ai(m) for c in (m.tool_calls or [])]
+
+
+def _named(text: str, call: dict) -> bool:
+    """Whether `text` names `call` as a progress note line does: `name({json arguments...` (the arguments as JSON,
+    the first 60 characters; a note cuts long arguments)."""
+    args = json.dumps(call.get("args") or {}, ensure_ascii=False)
+    return f"{call.get('name')}({args[:60]}" in text
+
+
+def missing_running_calls(history: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:
+    """The tool calls of the running request of `history` (the uncompacted history before a model call) that
+    `sent` (what the model received) neither holds (an AIMessage with a tool call of the same id and name) nor
+    names in the text of an assistant message (a progress note); each as "name(args) id"."""
+    held = {(c.get("id"), c.get("name")) for m in sent if is_ai(m) for c in (m.tool_calls or [])}
+    texts = "\n".join(text_of(m.content) for m in sent if is_ai(m))
+    return [f"{c.get('name')}({json.dumps(c.get('args'), ensure_ascii=False)[:80]}) {c.get('id')}"
+            for c in running_calls(history)
+            if (c.get("id"), c.get("name")) not in held and not _named(texts, c)]
+
+
+def new_adjacent_user_turns(input: Sequence[BaseMessage], output: Sequence[BaseMessage]) -> list[str]:
+    """Pairs of user turns (HumanMessages, summaries included) side by side in `output` that were not side by side
+    in `input` (compared by id; a message new in the output was side by side with nothing). Providers and chat
+    templates that require alternating roles reject them."""
+    pos = {m.id: i for i, m in enumerate(input) if m.id}
+    out = []
+    for a, b in zip(output, output[1:]):
+        if is_human(a) and is_human(b):
+            ia, ib = pos.get(a.id), pos.get(b.id)
+            if ia is None or ib is None or ib != ia + 1:
+                out.append(f"{a.id} then {b.id}")
+    return out
+
+
 CONDITIONAL_STRUCTURAL = frozenset(
     {
         "first_non_system_is_human",
@@ -1004,8 +1052,11 @@ __all__ = [
     "counter_for",
     "default_is_summary",
     "messages_counter",
+    "missing_running_calls",
+    "new_adjacent_user_turns",
     "model_view",
     "run_checks",
+    "running_calls",
     "same_message",
     "text_of",
     *CHECKS,

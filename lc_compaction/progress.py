@@ -1,0 +1,390 @@
+"""The running task keeps its progress: while a request's tool loop runs, none of its tool calls leaves the input.
+
+Words: the *running request* is the latest user request while its exchange has not answered yet (its last
+assistant step ends with tool results: the model is about to be called with them). Its *loop* is its assistant
+steps (`running_steps`). An agent whose model no longer sees which tools it already called calls them again, and
+again (issue 12: `GraphRecursionError` in `create_agent`).
+
+The rule, whose one home is this module (`LadderState.removable_exchanges` never lists the loop; `DropOldExchanges`
+and `Summarize` call `keep_progress` after their own work):
+
+1. No strategy removes or summarizes a step of the loop.
+2. Its old results become one-line notes first: `TruncateToolResults`, the first rung, reaches them in the second
+   pass, where the kept part shrinks to the most recent step.
+3. Only when the history with those notes is still over the *limit* (the budget, or the trigger: the second pass
+   runs only then) are the loop's oldest steps folded: as few as bring it under the limit; when no number of them
+   can, as few as make it fit the budget (all of them if nothing less does); none when it already fits the budget
+   (folding would lose detail and the next call compacts again anyway). The most recent step, the first step
+   when it starts with a thinking block (Anthropic), and pinned steps are never folded.
+4. The folded steps become ONE progress note that names every call, one line each:
+   `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
+   (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
+   removed silently.
+   When the summarizer folds, its fact guard adds the identifiers of what it folds (`| facts: ...`), as it does
+   to a summary. With offload on, a line whose result is kept in the store names the call that reads it back.
+
+Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
+(the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
+provider accepts that history, because the roles and the tool blocks are exactly those of a history from which
+whole steps were removed: no new message is added. A standalone `AIMessage` before the next `AIMessage` with tool
+calls would break Gemini's rule that a tool call follows a user or tool turn; a new `HumanMessage` right after the
+request would put two user turns side by side (chat templates that require alternating roles reject it); and a
+synthetic tool call (a call to a "progress" tool with the note as its result) names a tool the model was not
+given, which some providers reject and which a model may try to call. Anthropic requires an assistant message's
+thinking blocks first, so the note goes after them; the thinking blocks themselves are not changed.
+
+The note is byte-stable: its text is `markers.PROGRESS_PREFIX` and one line per call, in the order the calls were
+made, built only from the calls and their results (no counters, times or unordered sets). A later call that folds
+more takes the earlier note's lines as they are and appends the new ones (the note moves to the new first
+remaining assistant message, and the one it leaves gets its own content back). The note is recognized by its text
+alone, so this also works on a history stored as plain role/content JSON. It counts in the budget like any text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
+from lc_compaction._kinds import AI, TOOL, kind
+from lc_compaction.markers import (
+    MARK_KEY,
+    PROGRESS_PREFIX,
+    SHORTENED_MARKER,
+    TRUNCATION_PREFIX,
+    fence,
+    is_progress_text,
+)
+from lc_compaction.offload import RECALL_TOOL_NAME
+from lc_compaction.structure import Step, split_exchanges
+
+if TYPE_CHECKING:
+    from lc_compaction.ladder import LadderState
+    from lc_compaction.strategies.facts import FactGuard
+
+__all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
+           "running_steps", "terse_note", "with_note", "without_note"]
+
+PREVIEW_CHARS = 100
+"""Characters of a result's start shown in its line of the note (whitespace collapsed): enough to recognize a
+record or an error, half of `TruncateToolResults.preview_chars` (the note holds many calls, a truncation one)."""
+
+ARGS_CHARS = 300
+"""Characters of a call's arguments (JSON) shown in its line; longer arguments are cut there, and the line says
+their full size (a `write_file` content, say)."""
+
+FACTS_CHARS = 300
+"""Characters of identifiers a line lists at most (`call_line`, only when the summarizer folds with its fact guard):
+the longest list the 40 tau-bench airline conversations of the shared traces needed, replayed at 8,000 tokens
+with the summarizer alone, was 144 characters; the bound keeps an identifier-dense result (a table of codes) from
+making the note as large as the result."""
+
+_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
+"""Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
+
+_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
+"""Where a truncation note's size and start are (`TruncateToolResults`): the start is the JSON string after it,
+which a recall hint may follow (offload on: `offload.recall_hint`)."""
+
+
+def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
+    """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
+    exchange has answered (its last assistant step does not end with a tool result) or has no step yet.
+    O(len(steps))."""
+    exchanges = split_exchanges(steps)
+    if not exchanges or exchanges[-1].request is None:
+        return []
+    loop = [s for s in exchanges[-1].steps if s.kind == "assistant"]
+    if not loop or kind(messages[loop[-1].end - 1]) != TOOL:
+        return []
+    return loop
+
+
+# ------------------------------------------------------------------------------------------------ the note's text
+
+def _result_facts(result: BaseMessage) -> tuple[int, str]:
+    """(size in characters, start of the text) of a tool result as it was before any cut: a truncation note (ours,
+    marked or recognized by its text) gives the original size and start it recorded; a result cut in place by the
+    last resort gives its original size and what is left of its text."""
+    text = content_text(result.content)
+    meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
+    size = meta.get("original_chars") if isinstance(meta, dict) else None
+    if text.startswith(TRUNCATION_PREFIX):
+        found = _TRUNCATED_NOTE.search(text)
+        if found:
+            try:
+                start, _ = json.JSONDecoder().raw_decode(text, found.end())
+                if isinstance(start, str):
+                    return int(found.group(1).replace(",", "")), start
+            except ValueError:
+                pass
+    cut = text.rfind(_CUT_LEAD)
+    if cut >= 0:
+        text = text[:cut].rstrip()
+    return (size if isinstance(size, int) else len(text)), text
+
+
+def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
+              known: str = "", recall: str | None = None) -> str:
+    """One line of the note (no newline in it):
+    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"</...>[ |
+    facts: A; <untrusted_tool_data>name: B; C</...>]`. What came from the result is tool data, so it sits inside
+    `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
+    assistant's voice, and a tool's text must not read as the assistant's own words.
+
+    `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
+    the ToolMessage that answered it (None: "no result"). With a `guard` (the summarizer's fact guard, when the
+    summarizer folds), the line also lists the identifiers (ids, codes, numbers, dates, amounts, e-mails, URLs,
+    paths) of the arguments, the result and `said` (the text of the assistant message that made the call) that
+    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them. With
+    `recall` (the result's store key, offload on: `LadderState.recall_key`), the line also names the call that
+    reads the whole result back: `| recall_tool_result(tool_call_id="...")`."""
+    args = call.get("args")
+    text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
+    if len(text) > ARGS_CHARS:
+        text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
+    name = call.get("name") or "?"
+    line = f"- {name}({text})"
+    full = ""
+    if result is None:
+        line += " -> no result"
+    else:
+        size, start = _result_facts(result)
+        full = start
+        preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
+        more = "..." if len(start) > len(preview) else ""
+        error = ", error" if getattr(result, "status", None) == "error" else ""
+        line += f" -> {size:,} characters{error}: {fence(json.dumps(preview + more, ensure_ascii=False), name)}"
+        if recall is not None:
+            line += f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
+    if guard is None:
+        return line
+    from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
+
+    seen = f"{known}\n{line}"
+    args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
+    own = f"{said}\n{args_text}"
+    facts = [i for i in guard.extract(f"{own}\n{full}") if not contains(seen, i)]
+    shown: list[str] = []
+    for value in (i.value for i in facts):
+        if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
+            break
+        shown.append(value)
+    if not facts:
+        return line
+    # the identifiers only the result holds are tool data: fenced, after the tool's name (markers.fence)
+    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i)}
+    plain = [v for v in shown if v not in from_tool]
+    fenced = [v for v in shown if v in from_tool]
+    listed = plain + ([fence(FACTS_SEPARATOR.join(fenced), name)] if fenced else [])
+    more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
+    return line + f" | facts: {FACTS_SEPARATOR.join(listed)}{more}"
+
+
+def _note_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content.split("\n\n", 1)[0] if is_progress_text(content) else None
+    for block in content:
+        text = block.get("text") if isinstance(block, dict) and block_type(block) == "text" else block
+        if is_progress_text(text):
+            return text
+    return None
+
+
+def note_lines(message: BaseMessage) -> list[str]:
+    """The call lines of the progress note in `message` (empty when it holds none), as they were written."""
+    text = _note_text(message.content) if kind(message) == AI else None
+    return text.split("\n")[1:] if text else []
+
+
+def without_note(message: AIMessage) -> AIMessage:
+    """`message` without its progress note (its own content back); `message` itself when it holds none."""
+    content = message.content
+    if isinstance(content, str):
+        if not is_progress_text(content):
+            return message
+        rest = content.split("\n\n", 1)
+        new: Any = rest[1] if len(rest) > 1 else ""
+    else:
+        new = [b for b in content if not is_progress_text(b.get("text") if isinstance(b, dict) else b)]
+        if len(new) == len(content):
+            return message
+    kwargs = dict(message.additional_kwargs or {})
+    mark = {k: v for k, v in (kwargs.get(MARK_KEY) or {}).items() if k != "progress_note"}
+    if mark:
+        kwargs[MARK_KEY] = mark
+    else:
+        kwargs.pop(MARK_KEY, None)
+    return message.model_copy(update={"content": new, "additional_kwargs": kwargs})
+
+
+def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
+    """A copy of `message` whose content starts (after its leading thinking blocks) with the progress note of
+    `lines`; an earlier note in it is replaced. Marked `additional_kwargs["lc_compaction"]["progress_note"]`
+    with the number of calls it names."""
+    message = without_note(message)
+    note = "\n".join([PROGRESS_PREFIX, *lines])
+    content = message.content
+    if isinstance(content, str):
+        new: Any = note + ("\n\n" + content if content else "")
+    else:
+        lead = 0
+        while lead < len(content) and block_type(content[lead]) in THINKING_BLOCKS:
+            lead += 1
+        new = [*content[:lead], {"type": "text", "text": note}, *content[lead:]]
+    kwargs = dict(message.additional_kwargs or {})
+    kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "progress_note": len(lines)}
+    return message.model_copy(update={"content": new, "additional_kwargs": kwargs})
+
+
+def terse_note(message: AIMessage) -> AIMessage:
+    """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
+    size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
+    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual."""
+    lines = note_lines(message)
+    if not lines:
+        return message
+    return with_note(message, [line.split(" -> ", 1)[0] if line.startswith("- ") else line for line in lines])
+
+
+# ------------------------------------------------------------------------------------------------ folding
+
+@dataclass
+class _Fold:
+    """One fold, planned: messages to remove, messages to replace (the note's host, a former host), and the
+    figures (tokens by the state's counter)."""
+
+    removed: list[int]
+    replaced: dict[int, BaseMessage]
+    replaced_tokens: dict[int, int]
+    saved: int
+    calls: int
+
+
+class _Folds:
+    """The folds of the first k of `chosen` (assistant steps of the exchange `[start, end)`, oldest first), for
+    each k: the note's lines are a prefix of one list (a line never depends on a later one), built once."""
+
+    def __init__(self, state: LadderState, chosen: Sequence[Step], start: int, end: int,
+                 guard: FactGuard | None = None):
+        self.state = state
+        self.chosen = list(chosen)
+        self.msgs = state.messages
+        msgs = self.msgs
+        self.lines: list[str] = []
+        self.hosts: list[int | None] = []   # for each k - 1: the index of the note's host
+        self.upto: list[int] = []           # for each k - 1: how many lines its note has
+        self.calls: list[int] = []          # for each k - 1: how many calls the folded steps make
+        noted: set[int] = set()
+
+        def add_note(i: int) -> None:
+            if i not in noted:
+                noted.add(i)
+                self.lines.extend(note_lines(msgs[i]))
+
+        i, calls = start, 0
+        for step in self.chosen:
+            for j in range(i, step.start):  # messages kept between the folded steps: only their notes move
+                add_note(j)
+            for j in step.indices:
+                add_note(j)
+                m = msgs[j]
+                if kind(m) == AI:
+                    said = content_text(without_note(m).content)  # type: ignore[arg-type]
+                    for call in [*m.tool_calls, *getattr(m, "invalid_tool_calls", ())]:  # type: ignore[attr-defined]
+                        result = next((msgs[r] for r in range(j + 1, step.end) if kind(msgs[r]) == TOOL
+                                       and msgs[r].tool_call_id == call.get("id")), None)  # type: ignore[attr-defined]
+                        recall = state.recall_key(result) if result is not None else None
+                        self.lines.append(call_line(call, result, guard=guard,
+                                                    said=said, known="\n".join(self.lines) if guard else "",
+                                                    recall=recall))
+                        said = ""
+                        calls += 1
+            i = step.end
+            host = next((h for h in range(i, end) if kind(msgs[h]) == AI), None)
+            for j in range(i, host + 1 if host is not None else i):
+                add_note(j)
+            self.hosts.append(host)
+            self.upto.append(len(self.lines))
+            self.calls.append(calls)
+        self.start = start
+
+    def plan(self, k: int) -> _Fold | None:
+        """The fold of the first `k` steps; None when no assistant message follows them in their exchange."""
+        host = self.hosts[k - 1]
+        if host is None:
+            return None
+        msgs, state = self.msgs, self.state
+        folded = [i for s in self.chosen[:k] for i in s.indices]
+        replaced: dict[int, BaseMessage] = {
+            i: without_note(msgs[i]) for i in range(self.start, host)  # type: ignore[arg-type]
+            if i not in folded and note_lines(msgs[i])}
+        replaced[host] = with_note(msgs[host], self.lines[:self.upto[k - 1]])  # type: ignore[arg-type]
+        count = state.counter.count_message
+        tokens = {i: count(m) for i, m in replaced.items()}
+        saved = sum(state.slots[i].tokens for i in folded) + sum(state.slots[i].tokens - t for i, t in tokens.items())
+        return _Fold(folded, replaced, tokens, saved, self.calls[k - 1])
+
+
+def fold_steps(state: LadderState, chosen: Sequence[Step], *, strategy: str, guard: FactGuard | None = None) -> bool:
+    """Fold `chosen` (whole assistant steps of one exchange, oldest first) into the progress note (see the module
+    docstring; `guard`: see `call_line`). Returns whether it was done (False when no assistant message follows them
+    in their exchange, or when the note would cost more tokens than the steps it names)."""
+    if not chosen:
+        return False
+    plan = _Folds(state, chosen, *_exchange_bounds(state, chosen[0]), guard).plan(len(chosen))
+    if plan is None or plan.saved <= 0:  # a note larger than the steps it names: keep the steps
+        return False
+    _commit(state, plan, strategy)
+    return True
+
+
+def _exchange_bounds(state: LadderState, step: Step) -> tuple[int, int]:
+    """[start, end) of the exchange that holds `step`."""
+    for ex in split_exchanges(state.steps()):
+        if ex.steps and ex.steps[0].start <= step.start < ex.steps[-1].end:
+            return ex.steps[0].start, ex.steps[-1].end
+    return 0, len(state.slots)
+
+
+def _commit(state: LadderState, plan: _Fold, strategy: str) -> None:
+    state.fold(plan.removed, plan.replaced, plan.replaced_tokens, strategy=strategy,
+               detail=f"{len(plan.removed)} messages folded into the progress note ({plan.calls} call(s) named)")
+
+
+def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None = None) -> None:
+    """Fold the oldest steps of the running request's loop into its progress note when, and only as far as, the
+    rule of the module docstring says: only in the second pass, only while over the limit. `strategy` names who
+    folds (the action's strategy); `guard`: the summarizer's fact guard (see `call_line`)."""
+    if state.pass_name == "soft" or not state.over_limit():
+        return
+    loop = running_steps(state.messages, state.steps())
+    candidates = [s for s in loop if not any(state.is_protected(i) for i in s.indices)]
+    if not candidates:
+        return
+    folds = _Folds(state, candidates, *_exchange_bounds(state, loop[0]), guard)
+    over_budget = state.over_budget()
+    fits_budget: _Fold | None = None
+    widest: _Fold | None = None
+    for k in range(1, len(candidates) + 1):
+        plan = folds.plan(k)
+        if plan is None:
+            break
+        tokens = state.total() - plan.saved
+        if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
+            _commit(state, plan, strategy)
+            return
+        if plan.saved <= 0:
+            continue
+        if fits_budget is None and not state.over_budget(tokens):
+            fits_budget = plan
+        if widest is None or plan.saved > widest.saved:
+            widest = plan
+    chosen = fits_budget or widest
+    if over_budget and chosen is not None:
+        _commit(state, chosen, strategy)
