@@ -44,6 +44,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from lc_compaction._content import TEXT_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 
 MARK_KEY = "lc_compaction"
@@ -128,7 +129,7 @@ def _leads_with_summary(content: Any) -> bool:
             if isinstance(block, str):
                 text = block
                 break
-            if isinstance(block, dict) and block.get("type") in ("text", "input_text", "output_text"):
+            if block_type(block) in TEXT_BLOCKS:
                 text = block.get("text")
                 break
     if not isinstance(text, str):
