@@ -149,6 +149,7 @@ class LlamaServer:
 
     @property
     def pid(self) -> int | None:
+        """The server child process's pid (the one `stop()` ends), or None when not started."""
         return self._process.pid if self._process is not None else None
 
     @property
