@@ -2,10 +2,13 @@
 
 The ladder, in order:
 
-1. If the history does not exceed the trigger (nor the budget), it comes back unchanged: the same list
-   object, the same message objects. Nothing else is done (no validation, no copies), except that a message
-   without an id gets one in place, as LangChain's `SummarizationMiddleware` does. With `offload=True`, a
-   new tool result over `policy.offload_above` tokens still becomes a preview (`lc_compaction.offload`).
+1. Arrival edits, on every call, to messages the provider has not seen yet (so they never rewrite its cached
+   prefix): a new tool result identical to an earlier one becomes a note pointing at it (`policy.deduplicate`,
+   `lc_compaction.dedup`; lossless), and with `offload=True` a new tool result over `policy.offload_above` tokens
+   becomes a preview (`lc_compaction.offload`). Then, if the history does not exceed the trigger (nor the
+   budget), it comes back as it is: without arrival edits, the same list object, the same message objects, and
+   nothing else is done (no validation, no copies), except that a message without an id gets one in place, as
+   LangChain's `SummarizationMiddleware` does.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
    message index and tool_call_id, or is repaired (reported) when `repair=True`.
@@ -33,6 +36,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from lc_compaction._kinds import SYSTEM, kind
+from lc_compaction.dedup import deduplicate, duplicates
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
 from lc_compaction.offload import (
     OffloadKeys,
@@ -70,7 +74,9 @@ class CompactionResult:
         tokens_before / tokens_after: tokens of the request before and after (messages, reply priming and
             `extra_tokens`), by the policy's counter.
         messages_before / messages_after: message counts.
-        triggered: whether the trigger (or the budget) was exceeded.
+        triggered: whether the trigger (or the budget) was exceeded once the arrival edits were made (see the
+            module docstring): whether the ladder ran. A result with actions but `triggered` False made only
+            arrival edits.
         stop_reason: see `StopReason`.
         fits: tokens_after is within the budget (always True when there is no token budget).
         budget_tokens / target_tokens: the hard limit and the soft goal, in tokens (None when not set).
@@ -196,6 +202,8 @@ class _Compaction:
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
         self.rekey = offload_rekey
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
+        self.duplicates = bool(policy.deduplicate and duplicates(self.original, self.tallied,
+                                                                 policy.is_pinned_by_caller))
         self.ladder_ran = self.triggered
 
     def unchanged(self, reason: str) -> CompactionResult:
@@ -249,8 +257,12 @@ class _Compaction:
                                  offload=OffloadKeys(self.original, self.rekey) if self.offload else None)
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())
-        if self.arrivals:  # before the ladder, which then runs only if the history is still above the trigger
+        # arrival edits, before the ladder, which then runs only if the history is still above the trigger
+        if self.policy.deduplicate:  # the whole list when repairs moved messages, else the new messages
+            deduplicate(self.state, 0 if self.repairs else self.tallied, self.policy.is_pinned_by_caller)
+        if self.arrivals:
             preview_arrivals(self.state, self.arrivals)
+        if self.duplicates or self.arrivals:
             self.ladder_ran = self.policy.is_triggered(self.state.total(), len(slots))
 
     def over_budget(self) -> bool:
@@ -263,7 +275,7 @@ class _Compaction:
         again, churning the prompt cache)."""
         st = self.state
         assert st is not None
-        return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots))
+        return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots)) or st.over_goal()
 
     def start_second_pass(self) -> None:
         """Shrink the protected part to the pins and the most recent step; the goal stays the target.
@@ -281,7 +293,7 @@ class _Compaction:
     def last_resort(self) -> None:
         """Cut messages in place until the history fits the token budget (`shorten.last_resort`)."""
         if self.state is not None and self.budget is not None:
-            last_resort(self.state, self.budget)
+            last_resort(self.state, self.budget, self.goal_tokens)
 
     def ladder(self) -> Iterator[Strategy]:
         """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the
@@ -327,7 +339,7 @@ class _Compaction:
         return CompactionResult(
             messages=messages if changed else self.original,
             tokens_before=self.tokens_before, tokens_after=st.total(),
-            messages_before=len(self.original), messages_after=len(messages), triggered=self.triggered,
+            messages_before=len(self.original), messages_after=len(messages), triggered=self.ladder_ran,
             stop_reason=reason, fits=reason != "pinned_over_budget",
             budget_tokens=self.budget, target_tokens=self.goal_tokens, actions=st.actions,
             repairs=self.repairs, removed=removed, summary=summary,
@@ -382,7 +394,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not compaction.triggered and not compaction.arrivals:
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
         return compaction.unchanged("under_trigger")
     compaction.prepare()
     state = compaction.state
@@ -399,7 +411,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
                    offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not compaction.triggered and not compaction.arrivals:
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
         return compaction.unchanged("under_trigger")
     compaction.prepare()
     state = compaction.state

@@ -16,7 +16,8 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
 from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
-from lc_compaction.markers import is_summary
+from lc_compaction.dedup import restore_references
+from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
     CompactionInvariantError,
@@ -233,9 +234,11 @@ class LadderState:
         self.details.setdefault("failures", {})[strategy] = error
 
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
-                tokens: int | None = None) -> int:
-        """Put `message` in place of message `i` (same position); record it; return the tokens saved.
-        `tokens`: `counter.count_message(message)` when the caller already has it."""
+                tokens: int | None = None, record_gone: bool = True) -> int:
+        """Put `message` in place of message `i` (same position); record it; return the tokens saved (net of any
+        repeated result given back its content, `dedup.restore_references`, when a truncation note replaces the
+        earlier copy that deduplication notes point at). `tokens`: `counter.count_message(message)` when the caller
+        already has it. `record_gone`: False only for `restore_references` itself."""
         old = self.slots[i]
         if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
                 != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
@@ -247,6 +250,10 @@ class LadderState:
         self._total -= saved
         self.slots[i] = Slot(message, tokens, old.pinned, old.kept)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
+        if record_gone and is_truncated(message):
+            before = self._total
+            restore_references(self, [old.message])
+            saved -= self._total - before
         return saved
 
     def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
@@ -268,12 +275,13 @@ class LadderState:
         added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
         saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
-        self.removed.extend(self.slots[i].message for i in sorted(drop))
+        gone = [self.slots[i].message for i in sorted(drop)]
+        self.removed.extend(gone)
         self.slots = [added[i] if i in added else s for i, s in enumerate(self.slots) if i not in drop or i in added]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
-        return saved
+        return saved - self._restore(gone)
 
     def summary_runs(self, indices: Sequence[int]) -> list[SummaryRun]:
         """The runs of consecutive messages among `indices` (the messages a summary would replace), in order,
@@ -318,11 +326,12 @@ class LadderState:
                 new.append(Slot(summary, tokens))
             if i not in keep:
                 new.append(s)
+        gone = [self.slots[i].message for i in drop]
         self.slots = new
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "summarized", ids, saved, detail))
-        return saved
+        return saved - self._restore(gone)
 
     def fold(self, indices: Sequence[int], replaced: dict[int, BaseMessage], tokens: dict[int, int], *,
              strategy: str, detail: str = "") -> int:
@@ -349,12 +358,19 @@ class LadderState:
             saved += slot.tokens - tokens[i]
             self.slots[i] = Slot(message, tokens[i], slot.pinned, slot.kept)
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
-        self.removed.extend(self.slots[i].message for i in sorted(drop))
+        gone = [self.slots[i].message for i in sorted(drop)]
+        self.removed.extend(gone)
         self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "folded", ids, saved, detail))
-        return saved
+        return saved - self._restore(gone)
+
+    def _restore(self, gone: Sequence[BaseMessage]) -> int:
+        """`dedup.restore_references` for messages that left; the tokens it added back."""
+        before = self._total
+        restore_references(self, gone)
+        return self._total - before
 
     def check(self, after: str) -> None:
         """Run the whole-list invariant check; raise `CompactionInvariantError` naming `after` on a violation.

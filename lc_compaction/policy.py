@@ -34,8 +34,7 @@ ContextSize = tuple[str, Union[int, float]]
 TriggerSpec = Union[ContextSize, dict, Sequence[Union[ContextSize, dict]]]
 """One `ContextSize`, one `TriggerClause` dict (all of its thresholds must be met), or a list of them (any)."""
 
-DEFAULT_TRIGGER_FRACTION = 0.8
-DEFAULT_TARGET_FRACTION = 0.6
+DEFAULT_TARGET_FRACTION = 0.5
 DEFAULT_TARGET_OF_TRIGGER = 0.75
 DEFAULT_KEEP: ContextSize = ("turns", 2)
 DEFAULT_OFFLOAD_ABOVE = 5_000
@@ -105,10 +104,14 @@ class CompactionPolicy:
         offload_above: with offload on, a tool result larger than this many tokens is offloaded when it
             arrives (the model sees a head and tail preview and the handle). Default `DEFAULT_OFFLOAD_ABOVE`
             (5,000; see its docstring); None: only what compaction truncates, drops or summarizes.
+        deduplicate: on every call, even under the trigger, a tool result identical (character for character) to
+            an earlier one still in the history becomes a one-line note naming that earlier result's tool call
+            (`lc_compaction.dedup`): lossless, and made before the provider sees the new result, so the cached
+            prefix is never rewritten. Default True.
 
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
-            `token_counter`, `strategies`, `offload`, `offload_above`) that is invalid.
+            `token_counter`, `strategies`, `offload`, `offload_above`, `deduplicate`) that is invalid.
     """
 
     max_input_tokens: int | None = None
@@ -123,6 +126,7 @@ class CompactionPolicy:
     repair: bool | None = None
     offload: Any = None
     offload_above: int | None = DEFAULT_OFFLOAD_ABOVE
+    deduplicate: bool = True
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
 
@@ -130,6 +134,8 @@ class CompactionPolicy:
         w = self.max_input_tokens
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0):
             raise ValueError(f"max_input_tokens: must be a positive int (tokens), got {w!r}")
+        if not isinstance(self.deduplicate, bool):
+            raise ValueError(f"deduplicate: must be True or False, got {self.deduplicate!r}")
         if self.repair is not None and not isinstance(self.repair, bool):
             raise ValueError(f"repair: must be True, False or None, got {self.repair!r}")
         if self.reserve is None:
@@ -191,7 +197,7 @@ class CompactionPolicy:
         if trigger is None:
             if w is None:
                 raise ValueError("trigger: give a trigger such as ('tokens', 100_000) or set max_input_tokens")
-            return [{"fraction": DEFAULT_TRIGGER_FRACTION}]
+            return []  # the budget alone: `is_triggered` is True when the history is over it
         items = [trigger] if isinstance(trigger, (tuple, dict)) else list(trigger)
         if not items:
             raise ValueError("trigger: an empty list never triggers; give at least one threshold")

@@ -61,8 +61,12 @@ class CallRecord:
         tokens_sent: input tokens of the call with compaction (what the model would have been sent).
         messages_uncompacted / messages_before / messages_sent: the same three sizes, in messages.
         compaction_ms: wall time of the `compact` call, milliseconds.
-        compacted: the history was changed by this call.
-        triggered: the trigger (or the budget) was exceeded.
+        compacted: this call compacted: the trigger (or the budget) was exceeded and the ladder changed the
+            history (`CompactionResult.triggered` and `.compacted`).
+        arrival_edits: this call changed only messages new since the previous call (a repeated tool result noted,
+            `lc_compaction.dedup`; an offload preview): the ladder did not run, and what the previous call sent
+            is sent alike (no prefix break). Not a compaction.
+        triggered: the trigger (or the budget) was exceeded after the arrival edits (the ladder ran).
         stop_reason: `CompactionResult.stop_reason`.
         fits: `CompactionResult.fits` (within `max_input_tokens - reserve`).
         strategies: names of the strategies that changed something, in order.
@@ -113,6 +117,7 @@ class CallRecord:
     cached_tokens_uncompacted: int = 0
     billed_input_uncompacted: float = 0.0
     back_to_back: bool = False
+    arrival_edits: bool = False
     identifiers_so_far: int = 0
     identifiers_held: int = 0
     tool_identifiers_so_far: int = 0
@@ -131,7 +136,8 @@ class CallRecord:
                 "cached_tokens": self.cached_tokens, "billed_input": round(self.billed_input, 2),
                 "prefix_messages": self.prefix_messages, "cached_tokens_uncompacted": self.cached_tokens_uncompacted,
                 "billed_input_uncompacted": round(self.billed_input_uncompacted, 2),
-                "back_to_back": self.back_to_back, "identifiers_so_far": self.identifiers_so_far,
+                "back_to_back": self.back_to_back, "arrival_edits": self.arrival_edits,
+                "identifiers_so_far": self.identifiers_so_far,
                 "identifiers_held": self.identifiers_held, "tool_identifiers_so_far": self.tool_identifiers_so_far,
                 "tool_identifiers_held": self.tool_identifiers_held}
 
@@ -160,7 +166,8 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
     """The replay figures over `calls` (of one or many conversations), as a JSON-serializable dict.
 
     Keys (tokens are input tokens by the policy's counter; ms are milliseconds):
-        conversations, model_calls, compactions (calls that changed the history),
+        conversations, model_calls, compactions (calls whose ladder changed the history: `CallRecord.compacted`),
+        arrival_edit_calls (calls that changed only new messages: `CallRecord.arrival_edits`),
         tokens_sent_uncompacted / tokens_sent (cumulative over all calls: what would be billed as input),
         tokens_saved (the difference) and tokens_saved_fraction (of tokens_sent_uncompacted; 0.0 when none),
         peak_input_tokens / peak_input_tokens_uncompacted (largest single call, 0 for no calls),
@@ -184,6 +191,7 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "conversations": conversations,
         "model_calls": len(calls),
         "compactions": sum(1 for c in calls if c.compacted),
+        "arrival_edit_calls": sum(1 for c in calls if c.arrival_edits),
         "tokens_sent_uncompacted": unc,
         "tokens_sent": sent,
         "tokens_saved": unc - sent,
@@ -291,13 +299,15 @@ class _Replayer:
         bill = self.meter.bill(sent, input_tokens=tokens_sent)
         bill_uncompacted = self.meter_uncompacted.bill(uncompacted, input_tokens=tokens_uncompacted)
         held = self.identifiers.held(sent)
+        compacted = result.compacted and result.triggered
         record = CallRecord(
             index=len(self.calls), message_index=i,
             tokens_uncompacted=tokens_uncompacted,
             tokens_before=self.counter.count_messages(history_in),
             tokens_sent=tokens_sent,
             messages_uncompacted=i, messages_before=len(history_in), messages_sent=len(sent),
-            compaction_ms=ms, compacted=result.compacted, triggered=result.triggered,
+            compaction_ms=ms, compacted=compacted, triggered=result.triggered,
+            arrival_edits=result.compacted and not result.triggered,
             stop_reason=result.stop_reason, fits=result.fits, strategies=result.strategies_applied,
             violations=[str(v) for v in check_invariants(sent)],
             first_request_present=self._first_present(sent),
@@ -305,7 +315,7 @@ class _Replayer:
             identifiers_kept=int(result.details.get("identifiers_kept_by_summary", 0)),
             cached_tokens=bill.cached_tokens, billed_input=bill.billed, prefix_messages=bill.shared_messages,
             cached_tokens_uncompacted=bill_uncompacted.cached_tokens, billed_input_uncompacted=bill_uncompacted.billed,
-            back_to_back=result.compacted and bool(self.calls) and self.calls[-1].compacted,
+            back_to_back=compacted and bool(self.calls) and self.calls[-1].compacted,
             identifiers_so_far=held.so_far, identifiers_held=held.held,
             tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held)
         self.calls.append(record)

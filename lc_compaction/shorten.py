@@ -34,6 +34,8 @@ from lc_compaction._content import (
     is_media,
     with_block_text,
 )
+from lc_compaction._kinds import TOOL, kind
+from lc_compaction.dedup import content_sha256
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import (
     ARGUMENT_CUT_MARKER,
@@ -41,6 +43,7 @@ from lc_compaction.markers import (
     ITEMS_CUT_MARKER,
     MARK_KEY,
     SHORTENED_MARKER,
+    is_shortened,
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction.progress import note_lines, terse_note
@@ -248,7 +251,12 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
             out.append({"type": "text", "text": _marker(removed, removed_blocks, recall, what).strip()})
         new_content = out
     meta = dict(message.response_metadata or {})
+    previous = meta.get(MARK_KEY) if is_shortened(message) else None
     meta[MARK_KEY] = {"kind": "shortened", "original_chars": original, "removed_blocks": removed_blocks}
+    if kind(message) == TOOL:  # what a later identical result is recognised by (`dedup.py`)
+        sha = previous.get("sha256") if isinstance(previous, dict) else content_sha256(message.content)
+        if sha:
+            meta[MARK_KEY]["sha256"] = sha
     if cut_ids:
         meta[MARK_KEY].update(cut_tool_calls=cut_ids, removed_argument_chars=removed_args)
     if recall is not None:
@@ -256,8 +264,13 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
     return message.model_copy(update={**update, "content": new_content, "response_metadata": meta})
 
 
-def last_resort(state: LadderState, budget: int) -> None:
+def last_resort(state: LadderState, budget: int, goal: int | None = None) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
+
+    `goal` (tokens, below `budget`: the policy's target): messages that are not pinned are cut down toward it
+    rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
+    cut that leaves the history at the budget is redone at the next call, breaking the cached prefix each time);
+    pinned messages are only ever cut to fit the budget.
 
     Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
     (`progress.py`: it names the calls already made), the latest request last; the largest first in each group;
@@ -285,6 +298,7 @@ def last_resort(state: LadderState, budget: int) -> None:
     latest = requests[-1] if requests else -1
     noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
     tried: set[int] = set()
+    low = budget if goal is None else min(goal, budget)
     while state.total() > budget:
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
@@ -293,7 +307,8 @@ def last_resort(state: LadderState, budget: int) -> None:
         tried.add(i)
         if i in noted and _terse(state, i) and state.total() <= budget:
             return
-        _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - budget), 1))
+        level = budget if (i == latest or slots[i].pinned or i in noted) else low
+        _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - level), 1))
 
 
 def _terse(state: LadderState, i: int) -> bool:

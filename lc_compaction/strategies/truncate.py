@@ -84,7 +84,7 @@ class TruncateToolResults(SyncStrategy):
         inside: list[int] = []
         for i, m in enumerate(msgs):
             if (kind(m) != TOOL or state.slots[i].pinned or m.name in excluded
-                    or is_truncated(m) or is_shortened(m)):
+                    or is_truncated(m) or (is_shortened(m) and state.slots[i].kept)):
                 continue
             (inside if state.slots[i].kept else outside).append(i)
         if self.keep:

@@ -1,0 +1,166 @@
+"""Repeated tool results: a result byte-identical to an earlier one becomes a one-line note pointing at it.
+
+Agents call the same tool with the same arguments again (a file listing re-read at every step, a search repeated
+after a retry). A result identical, character for character, to an earlier result still in the history carries
+nothing new: it is replaced by a note naming the earlier result's tool call, and nothing is lost, because the
+earlier result is still there. Among the 1,349 tool results of the shared traces, the 75 such repeats hold 57% of
+the tool-result tokens (AgentDojo loops that list the same 7,600-token drive on every call).
+
+Which copy stays: the first. A later copy is replaced when it arrives, before the provider ever sees it, so what
+the provider already holds (its prompt cache) is never rewritten; the note is a function of the earlier result
+alone (its tool_call_id and size), byte-identical on every call and every replay.
+
+What counts as the earlier copy: a tool result still whole, or one cut in place by the last resort because it
+alone did not fit (its mark keeps the sha256 of the original content, `shorten.py`): the model saw what fits of it
+there, and a second copy would be cut the same way. A result that was truncated to a note, deduplicated, or that is
+pinned by the caller is never an earlier copy, and a pinned result is never replaced; so an agent that calls a tool
+again because its earlier result was truncated gets the whole result.
+
+`CompactionPolicy(deduplicate=True)` (the default) runs this on every call, before the trigger is checked
+(`compact.py`); it is recorded as an action of `DEDUP_STRATEGY`, kind "deduplicated".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from lc_compaction._kinds import TOOL, kind
+from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
+
+if TYPE_CHECKING:
+    from lc_compaction.ladder import LadderState
+
+__all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "content_sha256", "deduplicate", "duplicates", "is_deduplicated",
+           "note_for"]
+
+DEDUP_STRATEGY = "deduplicate_tool_results"
+"""`Action.strategy` of a repeated result replaced by its note (`Action.kind` "deduplicated")."""
+
+DEDUP_MIN_CHARS = 400
+"""Results shorter than this (characters of content, as sent: a string, or a block list as JSON) are never replaced:
+the note is about 40 tokens, and at OpenAI's rule of thumb of 4 characters a token, 400 characters is about 100
+tokens, so a note saves at least about half of what it replaces."""
+
+
+def is_deduplicated(message: BaseMessage) -> bool:
+    """True for a ToolMessage whose content is a deduplication note (`note_for`)."""
+    mark = (message.response_metadata or {}).get(MARK_KEY) if kind(message) == TOOL else None
+    return isinstance(mark, dict) and mark.get("kind") == "deduplicated"
+
+
+def _key(content: Any) -> str | None:
+    """The content as one string to compare (a string as is, a block list as JSON with sorted keys), or None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+    return None
+
+
+def content_sha256(content: Any) -> str | None:
+    """The sha256 (hex) of a message content as `_key` spells it; what a cut result's mark keeps (`shorten.py`)."""
+    key = _key(content)
+    return None if key is None else hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def duplicates(messages: Sequence[BaseMessage], start: int = 0,
+               pinned: Callable[[BaseMessage], bool] | None = None) -> dict[int, int]:
+    """`{i: j}`: the tool result `messages[i]` (`i >= start`: the messages new since the previous call) has the same
+    content, at least `DEDUP_MIN_CHARS` characters, as the earlier tool result `messages[j]`, which is whole or was
+    cut in place (see the module docstring); `j` is the first such result. `pinned`: results it is true for are
+    neither replaced nor referenced. O(len(messages)) dictionary steps, and none when no new tool result is long
+    enough."""
+    n = len(messages)
+    if not any(kind(messages[i]) == TOOL and len(_key(messages[i].content) or "") >= DEDUP_MIN_CHARS
+               for i in range(start, n)):
+        return {}
+    whole: dict[str, int] = {}
+    cut: dict[str, int] = {}
+    out: dict[int, int] = {}
+    for i, m in enumerate(messages):
+        if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or (pinned is not None and pinned(m)):
+            continue
+        if is_shortened(m):
+            sha = m.response_metadata[MARK_KEY].get("sha256")
+            if sha:
+                cut.setdefault(sha, i)
+            continue
+        key = _key(m.content)
+        if key is None or len(key) < DEDUP_MIN_CHARS:
+            continue
+        if i >= start:
+            j = whole.get(key)
+            if j is None and cut:
+                j = cut.get(hashlib.sha256(key.encode("utf-8")).hexdigest())
+            if j is not None:
+                out[i] = j
+                continue
+        whole.setdefault(key, i)
+    return out
+
+
+def note_for(message: ToolMessage, original: BaseMessage) -> ToolMessage:
+    """A copy of `message` (same id, tool_call_id, name, status, artifact) whose content says it is identical to
+    `original` (an earlier tool result) and where to read it; marked `{"kind": "deduplicated", "same_as": <original's
+    id>, "original_chars": n}` (characters of the content replaced)."""
+    chars = len(_key(message.content) or "")
+    call = getattr(original, "tool_call_id", "") or ""
+    tool = f" of {original.name}" if getattr(original, "name", None) else ""
+    where = ", shown there cut to fit the context window" if is_shortened(original) else ""
+    text = (f"[lc-compaction: this result ({chars:,} characters) is identical to the earlier result{tool} for "
+            f"tool call {call} above{where}; it is not repeated here]")
+    meta = dict(message.response_metadata or {})
+    meta[MARK_KEY] = {"kind": "deduplicated", "same_as": original.id, "original_chars": chars}
+    return message.model_copy(update={"content": text, "response_metadata": meta})
+
+
+def deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None) -> int:
+    """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`, `note_for`),
+    recorded as "deduplicated" actions of `DEDUP_STRATEGY`; a note that would not be smaller is skipped. Returns
+    the tokens saved."""
+    msgs = state.messages
+    saved = 0
+    for i, j in duplicates(msgs, start, pinned).items():
+        new = note_for(msgs[i], msgs[j])  # type: ignore[arg-type]  # duplicates() picks tool results
+        tokens = state.counter.count_message(new)
+        if tokens < state.slots[i].tokens:
+            saved += state.replace(i, new, strategy=DEDUP_STRATEGY, kind="deduplicated", tokens=tokens,
+                                   detail=f"identical to message {j}")
+    return saved
+
+
+def restore_references(state: LadderState, gone: Sequence[BaseMessage]) -> None:
+    """Keep every deduplication note pointing at a result still there: for each message of `gone` (removed from
+    `state`, or replaced by a truncation note) that notes name as their earlier copy, the first of those notes gets
+    the content back (that message's content and, for a result cut in place, its cut mark; the note's own id,
+    tool_call_id and name stay) and the others are pointed at it (`note_for`). Recorded as a "restored" action of
+    `DEDUP_STRATEGY` (its `tokens_saved` is negative: the tokens the content costs again). Called by `LadderState`
+    after each change that takes messages out."""
+    by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL}
+    if not by_id:
+        return
+    notes: dict[str, list[int]] = {}
+    for i, slot in enumerate(state.slots):
+        m = slot.message
+        if is_deduplicated(m):
+            same = m.response_metadata[MARK_KEY].get("same_as")
+            if same in by_id:
+                notes.setdefault(same, []).append(i)
+    for same, indices in notes.items():
+        original = by_id[same]
+        first = state.slots[indices[0]].message
+        meta = {k: v for k, v in (first.response_metadata or {}).items() if k != MARK_KEY}
+        if is_shortened(original):
+            meta[MARK_KEY] = original.response_metadata[MARK_KEY]
+        restored = first.model_copy(update={"content": original.content, "response_metadata": meta})
+        state.replace(indices[0], restored, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False,
+                      detail=f"the earlier copy (message {same}) left the history")
+        for i in indices[1:]:
+            state.replace(i, note_for(state.slots[i].message, restored),  # type: ignore[arg-type]
+                          strategy=DEDUP_STRATEGY, kind="restored", record_gone=False,
+                          detail=f"points at message {restored.id} now")
