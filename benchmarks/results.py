@@ -159,7 +159,9 @@ def _bill_section(results: dict[str, Any]) -> list[str]:
                   f"{cache['rule']} (`lc_compaction.billing`), and compared with the same conversation sent whole "
                   "at every call. **Bill** is the summed input bill over the summed bill without compaction (below "
                   "1: compaction pays; above: it breaks the cached prefix more than it saves). Compactions: calls "
-                  "that changed the history; back-to-back: compactions on the call right after another; prefix "
+                  "whose ladder changed the history; arrival edits: calls whose only change was to messages new "
+                  "since the previous call (a repeated tool result noted: `lc_compaction.dedup`), which leave the "
+                  "cached prefix intact and are not compactions; back-to-back: compactions on the call right after another; prefix "
                   "breaks: calls whose sent history does not start with the whole previous request. The anchors "
                   "(see `benchmarks/bill.py`): ContextEditingMiddleware with `ClearToolUsesEdit(trigger=0.8 * "
                   "window)` re-applied to the whole history at every call, and SummarizationMiddleware with "
@@ -172,11 +174,13 @@ def _bill_section(results: dict[str, Any]) -> list[str]:
                 f = by_row[name]
                 label = f"**{name}**" if name == OURS else name
                 rows.append([f"{int(window):,}", label, f"{f['bill_ratio']:.3f}" if f["bill_ratio"] is not None
-                             else "n/a", f"{f['compactions']:,}", f"{f['back_to_back_compactions']:,}",
+                             else "n/a", f"{f['compactions']:,}", f"{f.get('arrival_edit_calls', 0):,}",
+                             f"{f['back_to_back_compactions']:,}",
                              f"{f['prefix_breaks']:,}", f"{100 * f['tokens_saved_fraction']:.1f}%",
                              f"{f['over_window_calls']:,}",
                              f"{f['fitting_conversations_bill_raised']} of {f['fitting_conversations']}"])
-        lines += _table(["window", "", "bill (vs none)", "compactions", "back-to-back", "prefix breaks",
+        lines += _table(["window", "", "bill (vs none)", "compactions", "arrival edits", "back-to-back",
+                         "prefix breaks",
                          "tokens saved", "calls over the window", "bill raised on conversations that fit"], rows)
     if ids:
         lines += [f"Identifiers (`lc_compaction.recall`: reservation ids, flight numbers, codes, amounts, e-mails, "
