@@ -187,7 +187,9 @@ class ModelSummary:
 
 @pytest.mark.parametrize("tagged", [True, False])
 def test_summarizer_tokens_do_not_stream(tagged: bool) -> None:
-    summarizer = GenericFakeChatModel(messages=iter(["zebra quokka summary of earlier talk"]))
+    # one reply per pass: the soft pass stops above the target (the two kept turns), so the second pass
+    # summarizes again
+    summarizer = GenericFakeChatModel(messages=iter(["zebra quokka summary of earlier talk"] * 2))
     agent_model = GenericFakeChatModel(messages=iter(["the agent answers politely"]))
     node = CompactionNode(max_input_tokens=1_000, strategies=[ModelSummary(summarizer, tagged=tagged)])
     graph = _graph(node, agent_model)

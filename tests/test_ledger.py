@@ -23,16 +23,23 @@ from tests.oracle import check_all_structural
 COUNT = TiktokenCounter().count_text
 
 
-def filler(chars: int) -> str:
-    """`chars` characters of varied lower-case words (about 4 characters a token, no identifier in them)."""
+def filler(chars: int, start: int = 0) -> str:
+    """`chars` characters of varied lower-case words (about 4 characters a token, no identifier in them); a
+    different `start` (below 70, the period of the word pairs) gives a different text, so that results of
+    different turns are not deduplicated (`lc_compaction.dedup`)."""
     words = ("seat", "aisle", "window", "meal", "bag", "gate", "lounge", "upgrade", "policy", "fare")
-    text = " ".join(words[i % 7] + words[i % 10] for i in range(chars // 8 + 1))
-    return text[:chars]
+    pairs: list[str] = []
+    i = start
+    while sum(map(len, pairs)) + len(pairs) < chars + 1:
+        pairs.append(words[i % 7] + words[i % 10])
+        i += 1
+    return " ".join(pairs)[:chars]
 
 
 def booking_turn(k: int, result_chars: int = 40) -> list:
-    """One user turn with one tool call (result of `result_chars` characters) and an answer."""
-    return tool_exchange(k, f"Please look up reservation R{k:03d}X for me.", filler(result_chars),
+    """One user turn with one tool call (result of `result_chars` characters, its text different for each `k`
+    below 70) and an answer."""
+    return tool_exchange(k, f"Please look up reservation R{k:03d}X for me.", filler(result_chars, k),
                          f"Reservation R{k:03d}X is confirmed.", tool="get_reservation",
                          args={"reservation_id": f"R{k:03d}X"}, answer_id=f"b{k}")
 
@@ -127,6 +134,8 @@ def test_summarize_without_a_model_writes_the_ledger_with_the_guarded_facts():
 
 
 def test_the_ledger_is_deterministic():
-    msgs = [m for k in range(10) for m in booking_turn(k, result_chars=500)]
+    msgs = [m for k in range(12) for m in booking_turn(k, result_chars=500)]  # over the budget (1,800 tokens)
     policy = CompactionPolicy(max_input_tokens=2000, strategies=[Summarize()])
-    assert compact(list(msgs), policy).summary == compact(list(msgs), policy).summary
+    first = compact(list(msgs), policy).summary
+    assert first is not None and first.startswith(LEDGER_HEADER)
+    assert compact(list(msgs), policy).summary == first

@@ -42,10 +42,17 @@ pytestmark = LLAMA_MARKS
 
 CONVERSATION = "tau-bench/gpt-4o-airline/task002-trial1"
 WINDOW = 2_400
-"""Tokens: the ten messages (2,037 tokens, 1,252 of them the system prompt) cross the trigger (80%: 1,920)."""
+"""Tokens: the ten messages (2,037 tokens, 1,252 of them the system prompt) cross `EARLY`'s trigger (80%: 1,920)
+and fit the budget (2,160)."""
 CHAIN_WINDOW = 2_300
 """Tokens: the window of the chat-history test, where the wrapper (which folds the stored messages in one by one)
 crosses the trigger once, so the summarizer is called once (a smaller one compacts twice on the way: slower)."""
+EARLY = {"trigger": ("fraction", 0.8), "target": ("fraction", 0.75)}
+"""The policy settings of these tests: a trigger below the budget (the default trigger is the budget, which the
+ten messages fit), and a target the soft pass reaches (75% of 2,400: 1,800 tokens; the summary of five messages
+leaves about 1,700), so that one compaction makes one summarizer call: with the default target (50%: 1,200
+tokens, below the pinned system prompt alone) or 60%, the soft pass stops above the target and the second pass
+calls the summarizer again."""
 CAP = 80
 """The summary's output cap (tokens) asked of `Summarize` in these tests."""
 AGENT_REPLY = "Thank you, I am downgrading the reservations now."
@@ -116,7 +123,8 @@ def test_create_agent_with_the_middleware_sends_a_real_summary(llama_server):
     history = conversation()
     agent_llm, received = agent_model()
     agent = create_agent(agent_llm, [], system_prompt=history[0].content, checkpointer=InMemorySaver(),
-                         middleware=[CompactionMiddleware(max_input_tokens=WINDOW, strategies=[summarize(model)])])
+                         middleware=[CompactionMiddleware(max_input_tokens=WINDOW, **EARLY,
+                                                         strategies=[summarize(model)])])
     config = {"configurable": {"thread_id": "real"}}
     agent.invoke({"messages": history[1:]}, config)
 
@@ -139,7 +147,7 @@ def test_langgraph_node_in_a_compiled_graph_sends_a_real_summary_async(llama_ser
         return {"messages": [await agent_llm.ainvoke(state["messages"])]}
 
     builder = StateGraph(MessagesState)
-    builder.add_node("compact", CompactionNode(max_input_tokens=WINDOW, strategies=[summarize(model)]))
+    builder.add_node("compact", CompactionNode(max_input_tokens=WINDOW, **EARLY, strategies=[summarize(model)]))
     builder.add_node("model", call_model)
     builder.add_edge(START, "compact")
     builder.add_edge("compact", "model")
@@ -163,7 +171,7 @@ def test_chat_history_wrapper_in_a_chain_sends_a_real_summary(llama_server):
     history = conversation()
     with suppress_langchain_deprecation_warning():
         inner = InMemoryChatMessageHistory(messages=history[1:-1])
-    policy = CompactionPolicy(max_input_tokens=CHAIN_WINDOW, strategies=[summarize(model)])
+    policy = CompactionPolicy(max_input_tokens=CHAIN_WINDOW, **EARLY, strategies=[summarize(model)])
     # the system prompt and the question are sent besides the history: counted as extra tokens
     extra = policy.counter.count_message(history[0]) + policy.counter.count_message(history[-1])
     wrapper = CompactingChatMessageHistory(inner, policy, extra_tokens=extra)
@@ -191,7 +199,7 @@ def test_chat_history_wrapper_in_a_chain_sends_a_real_summary(llama_server):
 def test_a_reply_stopped_at_the_cap_is_marked_cut(llama_server):
     # ignore_eos: llama.cpp writes until the cap, so the reply stops there every time
     model, log = real_summarizer(llama_server, extra_body={"ignore_eos": True})
-    result = compact(conversation(), CompactionPolicy(max_input_tokens=WINDOW,
+    result = compact(conversation(), CompactionPolicy(max_input_tokens=WINDOW, **EARLY,
                                                       strategies=[summarize(model, max_summary_tokens=64)]))
     (call,) = log.calls
     cap = call.params["max_tokens"]
@@ -207,7 +215,8 @@ def test_stream_mode_messages_shows_the_agent_tokens_and_none_of_the_summarizer(
     history = conversation()
     agent_llm, _ = agent_model()
     agent = create_agent(agent_llm, [], system_prompt=history[0].content,
-                         middleware=[CompactionMiddleware(max_input_tokens=WINDOW, strategies=[summarize(model)])])
+                         middleware=[CompactionMiddleware(max_input_tokens=WINDOW, **EARLY,
+                                                         strategies=[summarize(model)])])
     streamed = [(chunk, meta) for chunk, meta in agent.stream({"messages": history[1:]}, stream_mode="messages")]
 
     (call,) = log.calls  # the summarizer ran during this run...

@@ -400,6 +400,22 @@ def test_with_the_guard_off_nothing_is_appended_but_the_figures_are_still_report
     assert d["identifiers_evicted"] > 1
 
 
+def test_the_figures_cover_every_pass_of_one_compaction():
+    """When the soft pass stops above the target, the second pass summarizes again, replacing the first pass's
+    summary: the compaction's figures count the identifiers of every message summarized in either pass (not
+    only the last pass's), also when the first summary's text holds none of them (the guard off)."""
+    model = ScriptedModel(script=["The user checked reservations."])
+    result = compact(history(12), policy(fast(model=model, fact_guard=False), window=1000))
+    passes = [a for a in result.actions if a.kind == "summarized"]
+    assert len(passes) == 2 and len(model.inputs) == 2  # the scenario: a summary in each pass
+    summarized = {i for a in passes for i in a.message_ids}
+    evicted = FactGuard().extract_messages(m for m in result.removed if m.id in summarized and not is_summary(m))
+    d = result.details
+    assert d["summarized_messages"] == len(summarized) - 1  # the first pass's summary is not a conversation message
+    assert d["identifiers_evicted"] == len(evicted) > 12
+    assert d["identifiers_kept_by_summary"] == 0 and d["identifiers_omitted"] == len(evicted)
+
+
 def test_user_patterns_reach_the_guard():
     model = ScriptedModel(script=["The user checked reservations."])
     msgs = history(12)
@@ -528,11 +544,12 @@ def test_default_fallback_keeps_the_history_while_it_fits_and_writes_the_ledger_
 
     msgs = requests_and_answers()
     total = CompactionPolicy(max_input_tokens=10**6, token_counter="approximate").counter.count_messages(msgs)
-    # soft pass only: above the trigger, within the window
-    soft = CompactionPolicy(max_input_tokens=int(total * 1.1), reserve=0, token_counter="approximate",
-                            strategies=[fast(model=fake_summary_model("raises"))])
+    # above an explicit trigger below the budget (80% of the window: 0.88 x the history), within the window
+    # (the default trigger is the budget, where "fits" and "triggered" never hold together)
+    soft = CompactionPolicy(max_input_tokens=int(total * 1.1), reserve=0, trigger=("fraction", 0.8),
+                            token_counter="approximate", strategies=[fast(model=fake_summary_model("raises"))])
     result = compact(msgs, soft)
-    assert result.triggered and [m.id for m in result.messages] == [m.id for m in msgs]
+    assert result.triggered and result.fits and [m.id for m in result.messages] == [m.id for m in msgs]
     assert result.details["summarizer"] == "none" and result.details["fallback_reason"]
     # over the window: the ledger is written in the hard pass
     hard = CompactionPolicy(max_input_tokens=int(total * 0.6), reserve=0, token_counter="approximate",

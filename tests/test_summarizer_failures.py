@@ -41,8 +41,12 @@ from tests.builders import lookups_history as history, reservation_history as lo
 from tests.fakes import FakeOpenAI, ScriptedModel
 
 BETWEEN = 7_000
-"""A window for which `history()` (about 6,000 tokens) is over the trigger (80%) but within the budget (90%):
-the soft pass runs, fails, and the relaxed pass runs again: the case where the failure used to cost twice."""
+"""A window for which `history()` (about 6,000 tokens) is over `EARLY` (80%) but within the budget (90%): the soft
+pass runs, fails, and the relaxed pass runs again: the case where the failure used to cost twice."""
+
+EARLY = ("fraction", 0.8)
+"""A trigger below the budget (the default trigger is the budget itself), so that `history()` at `BETWEEN` is
+compacted while it still fits."""
 
 OVER = 4_000
 """A window for which `history()` is over the budget: after the failure the hard pass writes the ledger."""
@@ -81,7 +85,7 @@ def test_a_500_costs_exactly_the_configured_attempts_and_names_the_failure(serve
     server.script = [("status", 500)]
     model = openai_model(server)
     strategy = Summarize(model=model, max_retries=2, initial_delay=0)
-    result = run(mode, history(), CompactionPolicy(max_input_tokens=BETWEEN, strategies=[strategy]))
+    result = run(mode, history(), CompactionPolicy(max_input_tokens=BETWEEN, trigger=EARLY, strategies=[strategy]))
     assert len(server.requests) == 3  # 3 attempts; not x3 by the client's retries, not x2 by the second pass
     assert result.triggered and not result.compacted
     assert result.stop_reason == "strategy_failed"
@@ -181,7 +185,7 @@ def test_after_a_failure_the_cooldown_skips_the_call_and_its_end_calls_again(ser
 def test_cooldown_zero_calls_again_at_the_next_compaction(server):
     server.script = [("status", 500)]
     strategy = Summarize(model=openai_model(server), max_retries=0, cooldown=0)
-    pol = CompactionPolicy(max_input_tokens=BETWEEN, strategies=[strategy])
+    pol = CompactionPolicy(max_input_tokens=BETWEEN, trigger=EARLY, strategies=[strategy])
     compact(history(), pol)
     compact(history(), pol)
     assert len(server.requests) == 2  # one per compaction: the second pass still reuses the failure
@@ -191,7 +195,7 @@ def test_threads_and_tasks_share_the_cooldown(server):
     server.script = [("status", 500)]
     clock = Clock()
     strategy = Summarize(model=openai_model(server), max_retries=0, cooldown=60, clock=clock)
-    pol = CompactionPolicy(max_input_tokens=BETWEEN, strategies=[strategy])
+    pol = CompactionPolicy(max_input_tokens=BETWEEN, trigger=EARLY, strategies=[strategy])
     compact(history(), pol)
     assert len(server.requests) == 1
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -216,7 +220,7 @@ def test_invalid_cooldown_settings_are_named(kwargs, setting):
 def test_the_node_event_and_log_line_name_the_failure(server, caplog):
     caplog.set_level(logging.INFO, logger="lc_compaction.integrations.events")
     server.script = [("status", 500)]
-    node = CompactionNode(max_input_tokens=BETWEEN,
+    node = CompactionNode(max_input_tokens=BETWEEN, trigger=EARLY,
                           strategies=[Summarize(model=openai_model(server), max_retries=0)])
     log = EventLog()
     node.invoke({"messages": history()}, {"callbacks": [log]})
@@ -240,7 +244,7 @@ def test_in_create_agent_a_turn_with_a_tool_call_costs_one_failed_summarization(
         AIMessage("", tool_calls=[{"name": "get_reservation", "args": {"reservation_id": "RES777Q"}, "id": "call-x"}]),
         AIMessage("RES777Q is confirmed."),
     ]))
-    middleware = CompactionMiddleware(max_input_tokens=BETWEEN,
+    middleware = CompactionMiddleware(max_input_tokens=BETWEEN, trigger=EARLY,
                                       strategies=[Summarize(model=openai_model(server), initial_delay=0)])
     agent = create_agent(agent_model, [get_reservation], middleware=[middleware])
     start = time.monotonic()

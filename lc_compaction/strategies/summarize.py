@@ -203,7 +203,8 @@ class Summarize:
         summarized_messages: conversation messages replaced (an earlier summary not counted), over the passes.
         summarizer_calls: model calls made (chunks; retries not counted); summary_input_tokens: the largest
             input of one call (tokens); summary_tokens: the summary message's tokens (the policy's counter).
-        identifiers_evicted: distinct identifiers in what the summary replaced (the earlier summary included);
+        identifiers_evicted: distinct identifiers in what the summary replaced (the earlier summary included;
+        over the passes: a summary the first pass wrote and the second replaced counts what it replaced);
         identifiers_kept_by_summary: how many of them the summary's own text holds (the figure without the
         guard); identifiers_added_by_guard: how many the facts line added; identifiers_omitted: how many are
         in neither (the guard off, or over its bound).
@@ -354,6 +355,12 @@ class Summarize:
             if len(inside) == len(ids) and sum(len(st.indices) for st in steps) == len(inside):
                 fold_steps(state, steps, strategy=self.name, guard=self._fold_guard())
 
+    def _written(self, state: LadderState) -> dict[str, list[Identifier]]:
+        """The summaries this strategy wrote in this compaction (by message id), each with the identifiers of
+        what it replaced: a second pass that replaces such a summary counts them again (`_with_earlier_passes`)."""
+        written: dict[str, list[Identifier]] = state.memo.setdefault(("summarize-written", id(self)), {})
+        return written
+
     def _fold_guard(self) -> FactGuard | None:
         """The fact guard the progress note's lines use when this strategy folds (None when the guard is off)."""
         return None if self.fact_guard is False else self._guard
@@ -447,7 +454,8 @@ class Summarize:
         replaced, at, role = place.replaced, place.at, place.role
         counter = _text_counter(state.counter)
         guard = self._guard
-        identifiers = guard.extract_messages(slots[i].message for i in replaced)
+        identifiers = _with_earlier_passes(guard.extract_messages(slots[i].message for i in replaced),
+                                           [slots[i].message for i in replaced], self._written(state))
         facts_cap = guard.max_tokens if self.fact_guard is not False else None
         facts_need = 0
         if facts_cap is not None:
@@ -499,6 +507,7 @@ class Summarize:
         detail = (f"{n} message(s) summarized by the {summarizer}" + (", earlier summary merged" if merged else "")
                   + (f" (fallback: {fallback_reason})" if fallback_reason else ""))
         state.put_summary(plan.replaced, message, strategy=self.name, detail=detail, at=plan.at)
+        self._written(state)[message.id or ""] = plan.identifiers
         d = state.details
         d["summary"] = text
         d["summary_role"] = plan.role
@@ -515,6 +524,21 @@ class Summarize:
         d["identifiers_added_by_guard"] = added
         d["identifiers_omitted"] = omitted
         d["tool_text_fenced"] = d.get("tool_text_fenced", 0) + provenance.fenced
+
+
+def _with_earlier_passes(identifiers: list[Identifier], replaced: list[BaseMessage],
+                         written: dict[str, list[Identifier]]) -> list[Identifier]:
+    """`identifiers` (of `replaced`), preceded by those of what the summaries among `replaced` that an earlier pass
+    of this compaction wrote had replaced (`written`), distinct values, oldest first: one compaction's figures and
+    guard cover every message it summarized, not only the last pass's, also when that summary's text left some
+    out (the guard off, or over its bound)."""
+    earlier = [i for m in replaced if is_summary(m) for i in written.get(m.id or "", ())]
+    if not earlier:
+        return identifiers
+    seen: dict[str, Identifier] = {}
+    for i in (*earlier, *identifiers):
+        seen.setdefault(i.value.casefold(), i)
+    return list(seen.values())
 
 
 def _text_counter(counter: TokenCounter) -> TokenCounter:
