@@ -401,11 +401,12 @@ def test_with_the_guard_off_nothing_is_appended_but_the_figures_are_still_report
 
 
 def test_the_figures_cover_every_pass_of_one_compaction():
-    """When the soft pass stops above the target, the second pass summarizes again, replacing the first pass's
-    summary: the compaction's figures count the identifiers of every message summarized in either pass (not
-    only the last pass's), also when the first summary's text holds none of them (the guard off)."""
+    """When the soft pass stops over the budget (here the kept 3 turns alone are), the second (hard) pass summarizes
+    again, replacing the first pass's summary: the compaction's figures count the identifiers of every message
+    summarized in either pass (not only the last pass's), also when the first summary's text holds none of them
+    (the guard off)."""
     model = ScriptedModel(script=["The user checked reservations."])
-    result = compact(history(12), policy(fast(model=model, fact_guard=False), window=1000))
+    result = compact(history(12), policy(fast(model=model, fact_guard=False), window=1000, keep=("turns", 3)))
     passes = [a for a in result.actions if a.kind == "summarized"]
     assert len(passes) == 2 and len(model.inputs) == 2  # the scenario: a summary in each pass
     summarized = {i for a in passes for i in a.message_ids}
@@ -414,6 +415,15 @@ def test_the_figures_cover_every_pass_of_one_compaction():
     assert d["summarized_messages"] == len(summarized) - 1  # the first pass's summary is not a conversation message
     assert d["identifiers_evicted"] == len(evicted) > 12
     assert d["identifiers_kept_by_summary"] == 0 and d["identifiers_omitted"] == len(evicted)
+
+
+def test_the_relaxed_second_pass_calls_the_model_no_second_time():
+    """When the soft pass's summary leaves the history within the budget but above the target, the relaxed second
+    pass does not call the model again to summarize the summary it just wrote: one model call per compaction."""
+    model = ScriptedModel(script=["The user checked reservations."] * 3)
+    result = compact(history(12), policy(fast(model=model), window=1000, keep=("turns", 2)))
+    assert result.fits and result.tokens_after > result.target_tokens  # the scenario: fits, above the target
+    assert len(model.inputs) == 1 and len(summaries(result.messages)) == 1
 
 
 def test_user_patterns_reach_the_guard():

@@ -299,7 +299,13 @@ class Summarize:
     def _pass(self, state: LadderState) -> Generator[SummaryRequest, str, None]:
         """One pass: the summary (`_summary_pass`), then, unless the model failed and the pass was skipped, the
         running request's progress note if the history is still over the limit (`progress.keep_progress`: the
-        loop's steps are never summarized)."""
+        loop's steps are never summarized).
+
+        In the relaxed second pass (the history fits and is under the trigger, only above the target) a model that
+        already wrote this compaction's summary is not called again: one model call buys the compaction, and a
+        second would only summarize the summary it just wrote."""
+        if state.pass_name == "relaxed" and self._call is not None and self._written(state):
+            return
         if (yield from self._summary_pass(state)):
             keep_progress(state, strategy=self.name, guard=self._fold_guard())
 
