@@ -133,7 +133,7 @@ def test_malformed_trace_exits_2_naming_file_line_and_field(tmp_path: Path):
     (["--keep", "turns=two"], "--keep"),
     (["--keep", "turns=2.5"], "keep"),
     (["--max-input-tokens", "4000", "--reserve", "4000"], "reserve"),
-    (["--max-input-tokens", "4000", "--target", "fraction=0.9"], "target"),
+    (["--max-input-tokens", "4000", "--trigger", "fraction=0.8", "--target", "fraction=0.9"], "target"),
 ])
 def test_bad_settings_exit_2_naming_the_setting(args, words):
     result = CliRunner().invoke(main, ["replay", *args])
