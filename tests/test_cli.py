@@ -85,6 +85,9 @@ def test_replay_table_names_files_and_total():
     for p in bundled_traces():
         assert p.name in result.stdout
     assert "total" in result.stdout and "window 8,000 tokens" in result.stdout
+    assert "trigger over the budget (7,200 tokens)," in result.stdout  # the default: only when the call won't fit
+    explicit = _run("replay", "--trigger", "fraction=0.8", "--trigger", "messages=40,tokens=2000")
+    assert "trigger fraction=0.8 or messages=40,tokens=2000," in explicit.stdout
 
 
 def test_replay_options_reach_the_policy(tmp_path: Path):
