@@ -7,7 +7,13 @@ the longest prefix shared with the previous request, 128-token steps from 1,024 
 conversation sent whole at every call (no compaction: the recording so far). Rows:
 
 - **default policy**: `replay_files(..., CompactionPolicy(max_input_tokens=window))`, rewrite semantics (the
-  compacted history replaces the history, `lc_compaction.replay`).
+  compacted history replaces the history, `lc_compaction.replay`): compaction only when the call would not fit,
+  down to 50% of the window, repeated tool results noted on arrival (`lc_compaction.dedup`).
+- **default policy, target 60%**: the same with `target=("fraction", 0.6)` (the previous default target).
+- **default policy without deduplication**: the same with `deduplicate=False`.
+- **previous default (trigger 80%, target 60%, no deduplication)**: `trigger=("fraction", 0.8),
+  target=("fraction", 0.6), deduplicate=False`, the policy defaults before issue 13, on the same ladder: the
+  measurement the new defaults were chosen against. These three rows tell the parts of the rule apart.
 - **ClearToolUsesEdit (ContextEditingMiddleware)**: `ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=
   0.8 * window)])` (its defaults otherwise: `keep=3`, `clear_at_least=0`, the approximate counter), its
   `wrap_model_call` called at every call with the whole history so far (the system prompt as the request's
@@ -48,8 +54,8 @@ from lc_compaction.recall import IdentifierTracker
 from lc_compaction.replay import replay_conversation, replay_files
 from lc_compaction.traces import Trace, load_traces
 
-__all__ = ["BILL_WINDOWS", "IDENTIFIER_WINDOWS", "ROWS", "STUB_SUMMARY_CHARS", "bill_benchmark",
-           "identifier_benchmark", "limited"]
+__all__ = ["BILL_WINDOWS", "IDENTIFIER_WINDOWS", "NO_DEDUP", "OURS", "POLICY_ROWS", "PREVIOUS", "ROWS",
+           "STUB_SUMMARY_CHARS", "TARGET_60", "bill_benchmark", "identifier_benchmark", "limited"]
 
 BILL_WINDOWS = (8_000, 16_000, 32_000, 64_000)
 """Windows (tokens) of the bill table."""
@@ -61,10 +67,21 @@ STUB_SUMMARY_CHARS = 1_600
 """Length of the stub summary (characters, about 400 tokens)."""
 
 OURS = "default policy"
+TARGET_60 = "default policy, target 60%"
+NO_DEDUP = "default policy without deduplication"
+PREVIOUS = "previous default (trigger 80%, target 60%, no deduplication)"
 CLEAR = "ClearToolUsesEdit (ContextEditingMiddleware)"
 SUMMARIZATION = "SummarizationMiddleware (stub summarizer)"
-ROWS = (OURS, CLEAR, SUMMARIZATION)
-"""The rows of the bill table, ours first."""
+ROWS = (OURS, TARGET_60, NO_DEDUP, PREVIOUS, CLEAR, SUMMARIZATION)
+"""The rows of the bill table, ours first (the default, then its variants: `POLICY_ROWS`), then the anchors."""
+
+POLICY_ROWS: dict[str, dict[str, Any]] = {
+    OURS: {},
+    TARGET_60: {"target": ("fraction", 0.6)},
+    NO_DEDUP: {"deduplicate": False},
+    PREVIOUS: {"trigger": ("fraction", 0.8), "target": ("fraction", 0.6), "deduplicate": False},
+}
+"""Our rows of the bill table: the `CompactionPolicy` settings each adds to the window and the model name."""
 
 
 class _Tally:
@@ -247,7 +264,9 @@ def bill_benchmark(paths: list[Path], *, windows: Sequence[int] = BILL_WINDOWS, 
     out: dict[str, Any] = {"cache_model": cache.to_dict(), "conversations": len(traces), "windows": {}}
     for window in windows:
         policy = CompactionPolicy(max_input_tokens=window, model_name=model_name)
-        rows = {OURS: _our_rows(paths, policy, cache).figures()}
+        rows = {name: _our_rows(paths, CompactionPolicy(max_input_tokens=window, model_name=model_name, **settings),
+                                cache).figures()
+                for name, settings in POLICY_ROWS.items()}
         budget = policy.budget_tokens() or 0
         for kind in (CLEAR, SUMMARIZATION):
             tally = _Tally()
