@@ -16,12 +16,14 @@ What runs:
 - **The scripted model** is stateless (any worker can run any call): it reads the last message of its input,
   replies with the recorded assistant message that follows it, and at the start of a turn first recalls the
   most recent offloaded result it sees, with the handle its note names (checking the answer against the
-  recording, byte for byte: a non-empty first slice, whole or followed by the line naming the next offset) and,
+  recording, byte for byte: a non-empty first slice, whole or followed by the line naming the next offset; an
+  answer identical to an earlier one arrives as a deduplication note, and the earlier answer it names is checked) and,
   at the second turn, recalls a `tool_call_id` of another thread (the answer must be "not found").
 - **Checks after the run** (`FleetReport.problems`, empty when all hold): in every thread's final checkpoint no
   message id twice; every recorded message of the replayed turns is in the checkpoint as recorded, or is a note /
   preview there, or is gone, and in the last two cases its original is in the thread's store namespace,
-  byte-identical; every record in the store recalled slice by slice (`read_recall`) gives the original; every
+  byte-identical, or it is a deduplication note there and the earlier result it names is in the checkpoint as
+  recorded; every record in the store recalled slice by slice (`read_recall`) gives the original; every
   recall the model made gave its own thread's content, and every cross-thread recall "not found".
 - **Figures**: turns per second (wall clock), and the compaction node's own time per model call, split into the
   first call of a turn (a worker that did not see the previous call: the tally is not in its memory) and the
@@ -182,10 +184,11 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
                 step = "own"
             else:
                 expected = recall_text(conv.by_call[target].content)
-                end = last.artifact["end"] if isinstance(last.artifact, dict) else 0
-                ok = end > 0 and last.content[:end] == expected[:end] and (
-                    last.content == expected if end == len(expected)
-                    else last.content[end:].endswith(f"call again with offset={end} for more]"))
+                answer = earlier_copy(last, messages)  # an answer identical to an earlier one is noted on arrival
+                end = answer.artifact["end"] if answer is not None and isinstance(answer.artifact, dict) else 0
+                ok = answer is not None and end > 0 and answer.content[:end] == expected[:end] and (
+                    answer.content == expected if end == len(expected)
+                    else answer.content[end:].endswith(f"call again with offset={end} for more]"))
                 LOG.get()["checks"].append(("recall", ok, target))
                 step = "reply"
         if isinstance(last, HumanMessage):
@@ -236,6 +239,19 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any) -> Any:
 
 def esc(s: str) -> str:
     return s.replace("|", "\x1f")
+
+
+def earlier_copy(message: BaseMessage, messages: list[BaseMessage]) -> BaseMessage | None:
+    """What the model reads for `message`: the message itself, or for a deduplication note (`lc_compaction.dedup`)
+    the earlier result it names, when `messages` holds it whole (else None)."""
+    from lc_compaction.dedup import is_deduplicated
+    from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
+
+    if not is_deduplicated(message):
+        return message
+    same = message.response_metadata[MARK_KEY].get("same_as")
+    source = next((m for m in messages if m.id == same), None)
+    return None if source is None or is_truncated(source) or is_shortened(source) else source
 
 
 def _pools(uri: str, size: int) -> tuple[Any, Any, Any]:
@@ -398,6 +414,7 @@ def _setup(uri: str) -> None:
 def _verify(uri: str, run: str, convs: list[Conversation], problems: list[str]) -> int:
     """The checks on every thread's final checkpoint and store namespace (see the module); returns the number of
     records checked."""
+    from lc_compaction.dedup import is_deduplicated
     from lc_compaction.integrations.recall import read_recall
     from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
     from lc_compaction.offload import offload_namespace, recall_text, record_message
@@ -433,6 +450,12 @@ def _verify(uri: str, run: str, convs: list[Conversation], problems: list[str]) 
                 have = in_state.get(rec.id)
                 kept = stored.get(rec.id)
                 if have is not None and (have.content == rec.content):
+                    continue
+                if have is not None and is_deduplicated(have):  # its content: the earlier result it names
+                    source = earlier_copy(have, state)
+                    if source is None or json.dumps(source.content) != json.dumps(rec.content):
+                        problems.append(f"{thread}: message {rec.id} is a deduplication note whose earlier result "
+                                        "is not in the checkpoint as recorded")
                     continue
                 if kept is None:
                     problems.append(f"{thread}: message {rec.id} is lost (changed or gone, not in the store)")

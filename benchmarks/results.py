@@ -161,8 +161,12 @@ def _bill_section(results: dict[str, Any]) -> list[str]:
                   "1: compaction pays; above: it breaks the cached prefix more than it saves). Compactions: calls "
                   "whose ladder changed the history; arrival edits: calls whose only change was to messages new "
                   "since the previous call (a repeated tool result noted: `lc_compaction.dedup`), which leave the "
-                  "cached prefix intact and are not compactions; back-to-back: compactions on the call right after another; prefix "
-                  "breaks: calls whose sent history does not start with the whole previous request. The anchors "
+                  "cached prefix intact and are not compactions; back-to-back: compactions on the call right after "
+                  "another; prefix breaks: calls whose sent history does not start with the whole previous request. "
+                  "Our rows: the default policy (compact only when the call would not fit, down to 50% of the "
+                  "window, repeated tool results noted on arrival), the same with the previous target (60%), the "
+                  "same without deduplication, and the previous defaults "
+                  "(trigger at 80% of the window, target 60%, no deduplication). The anchors "
                   "(see `benchmarks/bill.py`): ContextEditingMiddleware with `ClearToolUsesEdit(trigger=0.8 * "
                   "window)` re-applied to the whole history at every call, and SummarizationMiddleware with "
                   "`trigger=(\"tokens\", 0.8 * window)`, `keep=(\"tokens\", 0.5 * window)` and a stub summarizer "
@@ -332,10 +336,11 @@ def render(results: dict[str, Any], *, command: str) -> str:
         lines += ["Peak Python memory allocated during one call, KiB (tracemalloc):", "",
                   *_time_table(results, results["steady"], sizes, "peak_kib", _kib)]
     lines += ["## Compaction when it fires (no LLM)", "",
-              "The window is set so the history is at `fill` times it (default policy: trigger 80%, target 60%, "
-              "keep 2 turns). Our counter has counted the history up to the previous call (as that call did); "
-              "`trim_messages` trims to 60% of the window, `ClearToolUsesEdit` triggers at 80% (their windows "
-              "scaled by their own counter).", ""]
+              "The window is set so the history is at `fill` times it (our policy: trigger 80%, target 60%, keep "
+              "2 turns: the anchors' trigger and trim size, set explicitly since the default now compacts only when "
+              "the call would not fit, see `benchmarks/cells.py`). Our counter has counted the history up to the "
+              "previous call (as that call did); `trim_messages` trims to 60% of the window, `ClearToolUsesEdit` "
+              "triggers at 80% (their windows scaled by their own counter).", ""]
     for fill, table in results["firing"].items():
         lines += [f"### fill {fill}", "", "Median ms per call:", "",
                   *_time_table(results, table, sizes, "median_ms", _ms)]

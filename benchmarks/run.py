@@ -62,7 +62,8 @@ DEFAULT_SIZES = (250, 1_000, 2_000, 8_000)
 """History sizes (messages) of the issue."""
 
 FILLS = (0.85, 2.0)
-"""History size over the window in the firing rows: just over the default 80% trigger, and twice the window."""
+"""History size over the window in the firing rows: just over their 80% trigger (`cells.FIRING_TRIGGER`), and twice
+the window."""
 
 PROFILE_SIZE = 2_000
 """Size (messages) at which a firing compaction is profiled (the size of the 20 ms target)."""

@@ -80,12 +80,13 @@ def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="The model's context window, tokens."),
         click.option("--trigger", "triggers", multiple=True, type=SizeType(("tokens", "fraction", "messages"), True),
                      help="When to compact: tokens=N, fraction=F (of the window) or messages=N; repeat for any-of; "
-                          "comma-join for all-of. [default: fraction=0.8]"),
+                          "comma-join for all-of. [default: none: compact only when the call would not fit "
+                          "(over the window less --reserve)]"),
         click.option("--keep", type=SizeType(("turns", "messages", "tokens", "fraction")),
                      help="Recent part kept verbatim: turns=N, messages=N, tokens=N, fraction=F. [default: turns=2]"),
         click.option("--target", type=SizeType(("tokens", "fraction", "messages")),
-                     help="Size to compact down to (below the trigger). [default: 60% of the window, or 3/4 of a "
-                          "lower trigger]"),
+                     help="Size to compact down to (below the trigger). [default: 50% of the window, "
+                          "or 3/4 of the budget or of a lower trigger]"),
         click.option("--reserve", type=click.IntRange(min=0),
                      help="Tokens left for the reply. [default: min(4096, window // 10)]"),
         click.option("--token-counter", type=click.Choice(["exact", "approximate"]), default="exact",
@@ -211,7 +212,8 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
 
 def _table(data: dict[str, Any]) -> str:
     p = data["policy"]
-    trig = " or ".join(",".join(f"{k}={v:g}" for k, v in c.items()) for c in p["trigger"])
+    trig = (" or ".join(",".join(f"{k}={v:g}" for k, v in c.items()) for c in p["trigger"])
+            or f"over the budget ({p['budget_tokens']:,} tokens)")  # no trigger: compact when the call won't fit
     lines = [f"lc-compaction replay: window {p['max_input_tokens']:,} tokens, trigger {trig}, "
              f"target {p['target_tokens']:,} tokens, keep {p['keep'][0]}={p['keep'][1]:g}, "
              f"reserve {p['reserve']:,}, counter {p['token_counter']}",

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, cast
 from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
 
 from lc_compaction._kinds import TOOL, kind
+from lc_compaction.dedup import is_deduplicated
 from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ __all__ = [
     "recall_hint",
     "recall_text",
     "record_message",
+    "undeduplicated",
     "utf8_prefix",
 ]
 
@@ -289,21 +291,41 @@ def record_message(value: dict[str, Any]) -> BaseMessage:
 _REASON = {"truncated": "truncated", "shortened": "shortened", "offloaded": "offloaded"}
 
 
+def undeduplicated(message: BaseMessage, by_id: dict[str | None, BaseMessage]) -> BaseMessage:
+    """The original of a deduplication note (`lc_compaction.dedup`): the note with the content of the earlier
+    result it names (`by_id`: the history's messages by id), which was identical to the note's own original (a
+    string character for character, a block list block for block), and its metadata without the note's mark; so
+    a recall of the note's own handle answers with that content. Any other message, and a note whose earlier
+    result is not whole in `by_id` (cut in place: its original is recallable under its own handle, which the
+    note's text names), is returned as it is."""
+    if not is_deduplicated(message):
+        return message
+    mark = message.response_metadata[MARK_KEY]
+    source = by_id.get(mark.get("same_as"))
+    if (source is None or kind(source) != TOOL or is_truncated(source) or is_shortened(source)
+            or is_deduplicated(source)
+            or (isinstance(source.content, str) and len(source.content) != mark.get("original_chars"))):
+        return message
+    meta = {k: v for k, v in message.response_metadata.items() if k != MARK_KEY}
+    return message.model_copy(update={"content": source.content, "response_metadata": meta})
+
+
 def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], removed: Iterable[BaseMessage],
                   keys: OffloadKeys | None = None, recall_chars: int | None = None) -> list[OffloadRecord]:
     """The originals a compaction result must write first: every input message it truncated, cut in place,
     previewed, removed or summarized, in the order of the actions, one record per store key (`keys`, default
     `OffloadKeys(original)`), each with `recall_chars`. Messages that were already a note, a preview or a cut
     (their original is stored, or was never kept) are skipped, as are messages the compaction made itself (a
-    summary). O(input + actions)."""
-    by_id = {m.id: m for m in original if m.id}
+    summary). A deduplication note is written as its original, the content of the earlier result it names
+    (`undeduplicated`). O(input + actions)."""
+    by_id: dict[str | None, BaseMessage] = {m.id: m for m in original if m.id}
     keys = keys if keys is not None else OffloadKeys(original)
     out: dict[tuple[str, str], OffloadRecord] = {}
 
     def add(message: BaseMessage | None, reason: str) -> None:
         if message is None or is_truncated(message) or is_shortened(message) or is_offloaded(message):
             return
-        record = OffloadRecord(message, reason, keys.key(message), recall_chars)
+        record = OffloadRecord(undeduplicated(message, by_id), reason, keys.key(message), recall_chars)
         out.setdefault((record.kind, record.key), record)
 
     for action in actions:

@@ -6,9 +6,19 @@
 `TriggerClause` dict (`{"tokens": 4000, "messages": 10}`: all must be met) and a list of either means any.
 `keep` also accepts `("turns", N)`: the last N user requests and everything after them.
 
-Defaults follow the harness pattern (compact well before the window is full, keep the recent turns):
-trigger at 80% of the window, compact down to 60% of it, keep the last 2 turns, leave
-`min(4096, max_input_tokens // 10)` tokens for the reply.
+Defaults (issue 13): no trigger of its own, so compaction runs only when the call would not fit (the history is
+over the budget, `max_input_tokens - reserve`); then down to 50% of the window; keep the last 2 turns; leave
+`min(4096, max_input_tokens // 10)` tokens for the reply; and, on every call, a tool result identical to an
+earlier one becomes a one-line note when it arrives (`deduplicate`, `lc_compaction.dedup`). Why not earlier:
+providers bill a cached prompt prefix at a fraction of the input price (about 10% for OpenAI's gpt-5 family and
+Anthropic cache reads), and every compaction rewrites the history and makes the next call pay its prefix again,
+so compacting before it is needed costs more than it saves. Measured in `benchmarks/BILL.md` (the 150 shared
+conversations replayed, OpenAI's caching rule, cached tokens at 10%; bill relative to not compacting), the
+previous defaults (trigger at 80%, target 60%) against the budget as trigger, both without deduplication: 0.728
+vs 0.698 at an 8,000-token window (and 2 of 134 conversations that fit billed more, vs none), 0.978 vs 0.908 at
+32,000, 1.050 vs 1.013 at 64,000. With deduplication (the default), 0.599 at 8,000 and 0.644 from 16,000 up.
+The 50% target (was 60%) buys headroom so that the next calls, while the history grows, do not compact again
+(0.599 vs 0.610 at 8,000 with a 60% target; the same from 16,000 up).
 """
 
 from __future__ import annotations
@@ -35,7 +45,10 @@ TriggerSpec = Union[ContextSize, dict, Sequence[Union[ContextSize, dict]]]
 """One `ContextSize`, one `TriggerClause` dict (all of its thresholds must be met), or a list of them (any)."""
 
 DEFAULT_TARGET_FRACTION = 0.5
+"""Default target: half the window (see the module docstring for its measurement)."""
 DEFAULT_TARGET_OF_TRIGGER = 0.75
+"""A default target is at most 3/4 of the lowest token threshold that triggers (a trigger, or the budget), so a
+compaction that reaches it leaves a quarter of that threshold for the history to grow into before the next one."""
 DEFAULT_KEEP: ContextSize = ("turns", 2)
 DEFAULT_OFFLOAD_ABOVE = 5_000
 """Default `offload_above` (tokens): a tool result larger than this is offloaded when it arrives. From the 1,349
@@ -78,12 +91,15 @@ class CompactionPolicy:
             Needed for `("fraction", f)` sizes and for the default trigger.
         trigger: when to compact (see module docstring). Compaction runs when ANY clause is exceeded
             (strictly above its threshold: an input that exactly fits is left alone) or when the history is
-            over the budget. Default: `("fraction", 0.8)`.
+            over the budget. Default None: the budget alone (`trigger_clauses == []`), i.e. only when the call
+            would not fit (measured in `benchmarks/BILL.md`, see the module docstring). Without
+            `max_input_tokens` a trigger is required.
         keep: the recent part protected from the first (soft) pass. Default `("turns", 2)`.
             When the soft pass cannot get under the budget, a second pass shrinks the protected part to the
             pins and the most recent step.
         target: the size to compact down to, below every trigger threshold so the next call does not compact
-            again. Default: 60% of the window, or 75% of the lowest trigger threshold when that is lower.
+            again. Default: 50% of the window (`DEFAULT_TARGET_FRACTION`), or 75% of the lowest trigger token
+            threshold or of the budget when that is lower (`DEFAULT_TARGET_OF_TRIGGER`).
         reserve: tokens left for the model's reply; the budget is `max_input_tokens - reserve`.
             Default `min(4096, max_input_tokens // 10)`.
         strategies: the ladder, cheapest first. Default `(TruncateToolResults(), DropOldExchanges())`.

@@ -220,7 +220,7 @@ def quickstart() -> Cells:
         **What you will learn**
 
         - load one of the real agent conversations bundled with lc-compaction;
-        - set a `CompactionPolicy` and read the numbers it derives from the window (trigger, budget, target);
+        - set a `CompactionPolicy` and read the numbers it derives from the window (budget, target);
         - compact the conversation with `compact()` and read the `CompactionResult`;
         - see, message by message, what happened (kept, truncated, removed, summarized) and what each message costs
           in tokens before and after, with `lc_compaction.report.compaction_table`;
@@ -257,18 +257,22 @@ def quickstart() -> Cells:
         the agent looks up each reservation and searches flights, so tool results pile up. It is about 10,000
         tokens long, and we pretend the model's window is 8,000 tokens.
 
-        The policy derives everything else from the window: it compacts when the history goes over the **trigger**
-        (80% of the window), must end within the **budget** (the window minus room for the reply), and aims at the
-        **target** (60% of the window), so that the next calls do not compact again right away. The last two user
-        turns are protected in the first pass (`keep=("turns", 2)`).
+        The policy derives everything else from the window. It compacts only when the call would not fit: when the
+        history goes over the **budget** (the window minus room for the reply; no `trigger` is given, so the budget
+        is the trigger). Compacting earlier costs more than it saves: providers cache the prompt prefix and bill it
+        at a fraction of the price, and a compaction rewrites the history, so the next call pays its whole prefix
+        again (notebook 02 shows the bill). Then it aims at the **target** (half the window), so that the next calls
+        do not compact again right away. The last two user turns are protected in the first pass
+        (`keep=("turns", 2)`). A tool result identical to an earlier one would become a one-line note as soon as it
+        arrives, compaction or not (this conversation has none).
         """),
         code("""
         trace = next(t for t in traces if t.id == "tau-bench/gpt-4o-airline/task002-trial1")
         target_tokens, _ = policy.target_goal()
         print(f"source: {trace.source} ({trace.license})")
         print(f"window  {policy.max_input_tokens:6,} tokens")
-        print(f"trigger {policy.trigger_tokens()[0]:6,.0f} tokens")
-        print(f"budget  {policy.budget_tokens():6,} tokens (the window minus {policy.reserve:,} for the reply)")
+        print(f"budget  {policy.budget_tokens():6,} tokens (the window minus {policy.reserve:,} for the reply): "
+              "compact above it")
         print(f"target  {target_tokens:6,} tokens")
         """),
         md("""
@@ -365,7 +369,7 @@ def context_over_time() -> Cells:
           model call (`replay_conversation`);
         - compare no compaction, each strategy alone (truncate tool results, drop old exchanges, summarize with the
           ledger) and the full ladder;
-        - plot the input tokens of every model call against the window and the trigger, and the cumulative input
+        - plot the input tokens of every model call against the window and the budget, and the cumulative input
           tokens sent, all strategies on one figure (`lc_compaction.report.plot_comparison`);
         - see what the provider bills when it caches the prompt prefix: the input bill of every call with and
           without compaction, and which compactions made the next call pay its whole prefix again
@@ -388,17 +392,18 @@ def context_over_time() -> Cells:
         ## The conversation and the window
 
         The airline conversation of the quickstart: 30 model calls, about 10,000 tokens at the end. To see
-        compaction at work many times we give the model a 4,000-token window: the history crosses the trigger
-        (80%, 3,200 tokens) after about ten calls, as a long agent run crosses it in a 128,000-token window.
+        compaction at work many times we give the model a 4,000-token window: the history goes over the budget
+        (the window less 400 tokens for the reply: 3,600 tokens; with no `trigger`, compaction runs only then) after
+        about ten calls, as a long agent run fills a 128,000-token window.
         """),
         code("""
         trace = next(t for path in bundled_traces() for t in load_traces(path)
                      if t.id == "tau-bench/gpt-4o-airline/task002-trial1")
         WINDOW = 4_000
         base = CompactionPolicy(max_input_tokens=WINDOW)
-        trigger = base.trigger_tokens()[0]
-        print(f"{len(trace.messages)} messages; window {WINDOW:,}, trigger {trigger:,.0f}, "
-              f"budget {base.budget_tokens():,}, target {base.target_goal()[0]:,} tokens")
+        budget = base.budget_tokens()  # the default trigger: compact only when the call would not fit
+        print(f"{len(trace.messages)} messages; window {WINDOW:,}, budget {budget:,}, "
+              f"target {base.target_goal()[0]:,} tokens")
         """),
         md("""
         ## Replay it under each ladder
@@ -435,13 +440,13 @@ def context_over_time() -> Cells:
         ## The figure
 
         Left: input tokens of each model call. Without compaction (grey, dashed) the input grows past the window;
-        with any of the ladders every call stays under it. Compaction starts when a call goes over the trigger and
-        aims at the target; when the protected part (the last two user turns, here most of the conversation) does
+        with any of the ladders every call stays under it. Compaction starts when a call would not fit (over the
+        budget, the dotted line) and aims at the target; when the protected part (the last two user turns, here most of the conversation) does
         not allow that, it stops within the budget, and the next calls compact again. Right: the cumulative input
         tokens sent, the sum over all calls so far, which is what the provider bills as input.
         """),
         code("""
-        fig = plot_comparison(replays, window=WINDOW, trigger=trigger, figsize=(13, 5))
+        fig = plot_comparison(replays, window=WINDOW, trigger=budget, figsize=(13, 5))
         plt.show()
         """),
         code("""
@@ -479,8 +484,9 @@ def context_over_time() -> Cells:
         md("""
         Where the full ladder broke the cached prefix: `prefix_messages` is how many leading messages a call sent
         exactly as the previous call did (2: the system prompt and the first request), `cached_tokens` what the
-        provider bills as cached. Most of these calls are billed more than the same call without compaction;
-        the calls after them, with a shorter history, are billed less.
+        provider bills as cached. Some of these calls are billed more than the same call without compaction (they
+        pay again for the prefix the compaction rewrote); the calls after them, with a shorter history, are billed
+        less.
         """),
         code("""
         calls[calls.compacted][["call", "prefix_messages", "messages_sent", "cached_tokens", "billed_input",
@@ -532,12 +538,25 @@ def context_over_time() -> Cells:
         lost[~lost.kept].head(12)
         """),
         md("""
-        The ledger at the end of the "summarize" replay (the summary message the agent would see), shortened here:
+        The ledger as the "summarize" replay last wrote it (the summary message the agent saw then), shortened here:
+        """),
+        code("""
+        written = []
+        replay_conversation(trace, CompactionPolicy(max_input_tokens=WINDOW, strategies=ladders["summarize (ledger)"]),
+                            on_call=lambda record, history, result: result.summary and written.append(result.summary))
+        text = written[-1]
+        print(text[:1500], "...", text[-700:], sep="\\n")
+        """),
+        md("""
+        What is left of it at the end of the replay: in a 4,000-token window whose system prompt alone takes 1,252
+        tokens, the running request's steps (never removed, only folded into its progress note) fill the rest, and
+        the last resort, which cuts the messages it may cut down toward the target, has cut the whole summary, its
+        facts line included. A window this small leaves room for the task at hand only; the identifiers table above
+        counts what that costs.
         """),
         code("""
         summary = next(m for m in replays["summarize (ledger)"].messages if is_summary(m))
-        text = summary.content
-        print(text[:1500], "...", text[-700:], sep="\\n")
+        print(summary.content)
         """),
         md("""
         **Try it on your own conversations:** `load_traces("my_traces.jsonl")` reads recorded conversations in
@@ -609,12 +628,12 @@ def langgraph_agent() -> Cells:
         ## The graph
 
         `compact -> model -> (tools -> compact -> model)* -> END`, over `MessagesState`. The node runs in its default
-        "rewrite" mode: the stored history becomes the compacted one. We give it a 4,000-token window
+        "rewrite" mode: the stored history becomes the compacted one. We give it a 3,500-token window
         (`max_input_tokens`; with a real model the window comes from the model's profile:
         `CompactionNode(model=model)`).
         """),
         code("""
-        WINDOW = 4_000
+        WINDOW = 3_500
 
 
         def run_tools(state: MessagesState) -> dict:
@@ -933,18 +952,20 @@ def real_summarizer() -> Cells:
         shared traces), up to the agent's first reservation lookup: the customer's requests and the lookup of
         their profile, whose tool result holds their user id, e-mail, payment methods and six reservation ids.
         The agent's policy (its 1,252-token system prompt) is left out: it is pinned, never summarized, and would
-        only take room. A 1,400-token window makes this history cross the trigger; `keep=("turns", 1)` protects
-        the last turn, so the messages before it (the first request aside: it is always pinned) are summarized,
-        in one call of about 1,000 tokens.
+        only take room. A 1,200-token window puts this history over the budget (the window less 120 tokens for the
+        reply), where the policy compacts; `keep=("turns", 1)` protects the last turn, so the messages before it
+        (the first request aside: it is always pinned) are summarized, in one call of about 1,000 tokens. The
+        target is set to 840 tokens, above the default (half the window), so that the summary has room for the
+        120 tokens it is allowed below.
         """),
         code("""
         trace = next(t for path in bundled_traces() for t in load_traces(path)
                      if t.id == "tau-bench/gpt-4o-airline/task002-trial1")
         history = trace.messages[1:14]
-        WINDOW, KEEP = 1_400, ("turns", 1)
-        base = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP)
+        WINDOW, KEEP, TARGET = 1_200, ("turns", 1), ("tokens", 840)
+        base = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, target=TARGET)
         print(f"{len(history)} messages, {base.counter.count_messages(history):,} tokens; window {WINDOW:,}, "
-              f"trigger {base.trigger_tokens()[0]:,.0f}, target {base.target_goal()[0]:,} tokens")
+              f"budget {base.budget_tokens():,}, target {base.target_goal()[0]:,} tokens")
         """),
         md("""
         ## Summarize with the real model
@@ -957,7 +978,7 @@ def real_summarizer() -> Cells:
         """),
         model_code("""
         summarizer = ChatOpenAI(base_url=server.base_url, api_key="none", model=server.model)
-        policy = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, strategies=[
+        policy = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, target=TARGET, strategies=[
             Summarize(model=summarizer, max_summary_tokens=120, fallback="raise")])
         runs = [compact(history, policy) for _ in range(3)]
         for result in runs:
@@ -966,8 +987,9 @@ def real_summarizer() -> Cells:
         print(runs[0].summary)
         """),
         md("""
-        The first run's summary, above: the model's own text, then the fact guard's "Facts kept verbatim" line
-        with every identifier of the summarized messages that the text left out.
+        The first run's summary, above: the model's own text, then the fact guard's "Facts kept verbatim" lines
+        with every identifier of the summarized messages that the text left out (those from tool results fenced
+        as tool data, attributed to their tool).
 
         ## Identifier by identifier
 

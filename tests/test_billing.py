@@ -178,10 +178,26 @@ def test_replay_cached_tokens_follow_the_sent_histories():
 
 def test_without_compaction_the_bill_is_the_uncompacted_bill():
     trace = _tool_loop()
-    replay = replay_conversation(trace, CompactionPolicy(max_input_tokens=1_000_000))
+    replay = replay_conversation(trace, CompactionPolicy(max_input_tokens=1_000_000, deduplicate=False))
     s = replay.summary()
-    assert s["compactions"] == 0 and s["bill_ratio"] == 1.0
+    assert s["compactions"] == 0 and s["arrival_edit_calls"] == 0 and s["bill_ratio"] == 1.0
     assert s["cached_tokens"] == s["cached_tokens_uncompacted"] > 0
+
+
+def test_repeated_results_noted_on_arrival_lower_the_bill_without_breaking_the_prefix():
+    """Under a window that never fills, the default policy never compacts, but a repeated tool result becomes a
+    note when it arrives (`lc_compaction.dedup`): an arrival edit, not a compaction, that sends fewer tokens and
+    leaves every call's prefix whole (each call starts with the whole previous request)."""
+    trace = _tool_loop()
+    sent: list[list] = []
+    replay = replay_conversation(trace, CompactionPolicy(max_input_tokens=1_000_000),
+                                 on_call=lambda rec, hist, res: sent.append(list(res.messages)))
+    s = replay.summary()
+    assert s["compactions"] == 0 and s["back_to_back_compactions"] == 0
+    assert s["arrival_edit_calls"] > 0 and s["tokens_sent"] < s["tokens_sent_uncompacted"]
+    assert s["bill_ratio"] < 1.0
+    for k, c in enumerate(replay.calls[1:], 1):
+        assert not c.compacted and c.prefix_messages == len(sent[k - 1])
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

@@ -85,6 +85,9 @@ def test_replay_table_names_files_and_total():
     for p in bundled_traces():
         assert p.name in result.stdout
     assert "total" in result.stdout and "window 8,000 tokens" in result.stdout
+    assert "trigger over the budget (7,200 tokens)," in result.stdout  # the default: only when the call won't fit
+    explicit = _run("replay", "--trigger", "fraction=0.8", "--trigger", "messages=40,tokens=2000")
+    assert "trigger fraction=0.8 or messages=40,tokens=2000," in explicit.stdout
 
 
 def test_replay_options_reach_the_policy(tmp_path: Path):
@@ -133,7 +136,7 @@ def test_malformed_trace_exits_2_naming_file_line_and_field(tmp_path: Path):
     (["--keep", "turns=two"], "--keep"),
     (["--keep", "turns=2.5"], "keep"),
     (["--max-input-tokens", "4000", "--reserve", "4000"], "reserve"),
-    (["--max-input-tokens", "4000", "--target", "fraction=0.9"], "target"),
+    (["--max-input-tokens", "4000", "--trigger", "fraction=0.8", "--target", "fraction=0.9"], "target"),
 ])
 def test_bad_settings_exit_2_naming_the_setting(args, words):
     result = CliRunner().invoke(main, ["replay", *args])

@@ -8,16 +8,25 @@ from langchain_core.messages import AIMessage, HumanMessage
 from lc_compaction import CompactionPolicy
 
 
-def test_defaults_follow_the_harness_pattern():
+def test_defaults_compact_only_when_the_call_would_not_fit():
+    """Issue 13's rule: no trigger of its own (the budget is the trigger: compacting earlier breaks the provider's
+    cached prefix for no need, benchmarks/BILL.md), down to 50% of the window."""
     p = CompactionPolicy(max_input_tokens=100_000, token_counter="approximate")
-    assert p.trigger_clauses == [{"fraction": 0.8}]
+    assert p.trigger_clauses == [] and p.trigger_tokens() == []
     assert p.keep == ("turns", 2)
     assert p.reserve == 4096
     assert p.budget_tokens() == 100_000 - 4096
     goal_tokens, goal_messages = p.target_goal()
-    assert goal_tokens == 60_000 and goal_messages is None
-    assert not p.is_triggered(80_000, 10)
-    assert p.is_triggered(80_001, 10)
+    assert goal_tokens == 50_000 and goal_messages is None
+    assert not p.is_triggered(80_001, 10)  # the old trigger (80% of the window) is gone
+    assert not p.is_triggered(100_000 - 4096, 10_000)
+    assert p.is_triggered(100_000 - 4096 + 1, 10)
+
+
+def test_default_target_stays_below_a_small_budget():
+    """With a large reserve, 75% of the budget is below half the window: the target is the lower of the two."""
+    p = CompactionPolicy(max_input_tokens=1_000, reserve=500, token_counter="approximate")
+    assert p.budget_tokens() == 500 and p.target_goal()[0] == 375
 
 
 def test_reserve_scales_down_for_small_windows():
@@ -51,7 +60,7 @@ def test_budget_triggers_even_without_a_token_trigger():
         ({"trigger": ("fraction", 1.5), "max_input_tokens": 100}, "trigger"),
         ({"trigger": []}, "trigger"),
         ({}, "trigger"),
-        ({"max_input_tokens": 1000, "target": ("fraction", 0.9)}, "target"),
+        ({"max_input_tokens": 1000, "trigger": ("fraction", 0.8), "target": ("fraction", 0.9)}, "target"),
         ({"max_input_tokens": 2000, "target": 500}, "target"),
         ({"max_input_tokens": 2000, "keep": 3}, "keep"),
         ({"trigger": ("messages", 10), "target": ("messages", 10)}, "target"),

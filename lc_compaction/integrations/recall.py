@@ -13,6 +13,14 @@ by itself), and never more than the tool's `max_chars`. When more remains, one l
 the next slice starts. The tool's artifact (`ToolMessage.artifact`) says the same as JSON:
 `{"tool_call_id", "offset", "end", "total_chars"}` (characters).
 
+A repeated result made a note by deduplication (`lc_compaction.dedup`) is not in the store: its content is that of
+the earlier result the note names, which is in the conversation. A recall of its handle answers from the
+conversation's messages (the runtime's state): when the earlier result is there whole, one line says so and names
+its tool call (sending the same content again would only repeat it); when it was cut in place, with the slices of
+that result's record, under the handle its cut names. The artifact then also has `"same_as"`: that result's
+handle. In view mode the state holds the repeated result whole (the note is only in the model input), and a recall
+of its handle answers "not found" like any handle without a record: the note names the call to read instead.
+
 The store and the thread come from LangChain's tool runtime (`ToolRuntime`: `runtime.store`, the graph's store,
 and `runtime.config["configurable"]["thread_id"]`): no global state. Only the current thread's namespaces are
 read (one batched lookup of the handle among its tool results, then its messages), so another thread's handle
@@ -26,13 +34,17 @@ From Python (no model): `load_offloaded(store, thread_id, key)` gives the origin
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.store.base import BaseStore, GetOp
 
+from lc_compaction._kinds import TOOL, kind
+from lc_compaction.dedup import is_deduplicated
+from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
 from lc_compaction.offload import (
     DEFAULT_RECALL_CHARS,
     RECALL_TOOL_NAME,
@@ -42,8 +54,8 @@ from lc_compaction.offload import (
     utf8_prefix,
 )
 
-__all__ = ["DEFAULT_RECALL_CHARS", "aload_offloaded", "aread_recall", "load_offloaded", "read_recall",
-           "recall_tool", "recall_tool_result"]
+__all__ = ["DEFAULT_RECALL_CHARS", "aload_offloaded", "aread_recall", "deduplicated_source", "load_offloaded",
+           "read_recall", "recall_tool", "recall_tool_result"]
 
 _DESCRIPTION = (
     "Read back a tool result (or message) that was truncated, cut or offloaded to save context (its note says so). "
@@ -75,13 +87,58 @@ def _gets(thread_id: str, key: str) -> list[GetOp]:
     return [GetOp(offload_namespace(thread_id, kind), key) for kind in ("tool_result", "message")]
 
 
-def _found(items: list[Any]) -> dict[str, Any] | None:
-    return next((item.value for item in items if item is not None), None)
+def _found(items: list[Any], message_id: str | None = None) -> dict[str, Any] | None:
+    """The first record found (with `message_id`: only the record of that message)."""
+    return next((item.value for item in items if item is not None
+                 and (message_id is None or item.value.get("message_id") == message_id)), None)
 
 
-def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length: int | None, max_chars: int
-            ) -> tuple[str, dict[str, Any]]:
-    info: dict[str, Any] = {"tool_call_id": tool_call_id, "offset": offset, "end": offset, "total_chars": None}
+def _handles(messages: Sequence[BaseMessage]) -> dict[int, str]:
+    """The handle of each tool result of `messages`, by position: its tool_call_id, or "<tool_call_id>@<message
+    id>" when an earlier result has that tool_call_id (as `lc_compaction.offload.OffloadKeys` keys them)."""
+    seen: set[str] = set()
+    out: dict[int, str] = {}
+    for i, m in enumerate(messages):
+        if kind(m) == TOOL:
+            cid = cast(ToolMessage, m).tool_call_id
+            out[i] = f"{cid}@{m.id}" if cid in seen else cid
+            seen.add(cid)
+    return out
+
+
+def deduplicated_source(messages: Sequence[BaseMessage] | None, key: str) -> tuple[BaseMessage, str] | None:
+    """(the earlier result, its handle) that the deduplication note with handle `key` names, when `messages` (the
+    conversation) holds such a note and that result; else None. O(len(messages))."""
+    if not messages:
+        return None
+    handles = _handles(messages)
+    note = next((messages[i] for i, h in handles.items() if is_deduplicated(messages[i])
+                 and key in (h, f"{cast(ToolMessage, messages[i]).tool_call_id}@{messages[i].id}")), None)
+    if note is None:
+        return None
+    same = note.response_metadata[MARK_KEY].get("same_as")
+    return next(((messages[i], h) for i, h in handles.items() if messages[i].id == same), None)
+
+
+def _pointer(key: str, source: BaseMessage, handle: str) -> tuple[str, dict[str, Any]]:
+    """The answer for a deduplicated result whose earlier copy is whole in the conversation."""
+    text = recall_text(source.content)
+    tool = f" of {source.name}" if source.name else ""
+    return (f"[{RECALL_TOOL_NAME}: the result of tool call {key} is identical to the result{tool} for tool call "
+            f"{handle}, which is in this conversation above, whole ({len(text):,} characters): read it there]",
+            {"tool_call_id": key, "offset": 0, "end": 0, "total_chars": len(text), "same_as": handle})
+
+
+def _source_gets(thread_id: str, source: BaseMessage) -> list[GetOp]:
+    """The lookups of a cut earlier copy's record: under its tool_call_id, and under its disambiguated handle."""
+    cid = cast(ToolMessage, source).tool_call_id
+    return [GetOp(offload_namespace(thread_id, "tool_result"), k) for k in (cid, f"{cid}@{source.id}")]
+
+
+def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length: int | None, max_chars: int,
+            same_as: str | None = None) -> tuple[str, dict[str, Any]]:
+    info: dict[str, Any] = {"tool_call_id": tool_call_id, "offset": offset, "end": offset, "total_chars": None,
+                            **({"same_as": same_as} if same_as is not None else {})}
     if value is None:
         return (f"[{RECALL_TOOL_NAME}: no offloaded result with tool_call_id {tool_call_id!r} in this "
                 "conversation (not found)]", info)
@@ -107,32 +164,56 @@ def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length
 
 
 def read_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: str, offset: int = 0,
-                length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS) -> tuple[str, dict[str, Any]]:
+                length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS,
+                messages: Sequence[BaseMessage] | None = None) -> tuple[str, dict[str, Any]]:
     """What the tool answers, and its artifact (see the module docstring): the slice (`offset`, `length` in
     characters; `length=None`: the largest allowed), or a one-line reason (not found, no store, no thread, bad
-    offset). Never raises for a missing record."""
+    offset). `messages`: the conversation (the tool's runtime state), where a handle without a record may name a
+    deduplicated result (see the module docstring). Never raises for a missing record."""
     if store is None:
         return (f"[{RECALL_TOOL_NAME}: this agent has no store, so nothing was offloaded]",
                 {"tool_call_id": tool_call_id})
     if not thread_id:
         return (f"[{RECALL_TOOL_NAME}: no thread id in this run's config, so nothing can be recalled]",
                 {"tool_call_id": tool_call_id})
-    return _answer(_found(store.batch(_gets(thread_id, tool_call_id))), tool_call_id, offset, length, max_chars)
+    value = _found(store.batch(_gets(thread_id, tool_call_id)))
+    found = deduplicated_source(messages, tool_call_id) if value is None else None
+    if found is None:
+        return _answer(value, tool_call_id, offset, length, max_chars)
+    source, handle = found
+    if not (is_truncated(source) or is_shortened(source)):
+        return _pointer(tool_call_id, source, handle)
+    return _answer(_found(store.batch(_source_gets(thread_id, source)), source.id), tool_call_id, offset, length,
+                   max_chars, same_as=handle)
 
 
 async def aread_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: str, offset: int = 0,
-                       length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS
-                       ) -> tuple[str, dict[str, Any]]:
+                       length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS,
+                       messages: Sequence[BaseMessage] | None = None) -> tuple[str, dict[str, Any]]:
     """Async twin of `read_recall`."""
     if store is None or not thread_id:
         return read_recall(store, thread_id, tool_call_id, offset, length, max_chars=max_chars)
     value = _found(await store.abatch(_gets(thread_id, tool_call_id)))
-    return _answer(value, tool_call_id, offset, length, max_chars)
+    found = deduplicated_source(messages, tool_call_id) if value is None else None
+    if found is None:
+        return _answer(value, tool_call_id, offset, length, max_chars)
+    source, handle = found
+    if not (is_truncated(source) or is_shortened(source)):
+        return _pointer(tool_call_id, source, handle)
+    return _answer(_found(await store.abatch(_source_gets(thread_id, source)), source.id), tool_call_id, offset,
+                   length, max_chars, same_as=handle)
 
 
 def _thread(runtime: ToolRuntime) -> str | None:
     thread = ((runtime.config or {}).get("configurable") or {}).get("thread_id")
     return None if thread is None else str(thread)
+
+
+def _messages(runtime: ToolRuntime) -> Sequence[BaseMessage] | None:
+    """The conversation's messages in the runtime's state (a dict or an object with `messages`), if any."""
+    state = runtime.state
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+    return messages if isinstance(messages, list) else None
 
 
 def recall_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_TOOL_NAME) -> BaseTool:
@@ -147,11 +228,13 @@ def recall_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_TOO
 
     def recall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
                ) -> tuple[str, dict[str, Any]]:
-        return read_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars)
+        return read_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars,
+                           messages=_messages(runtime))
 
     async def arecall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
                       ) -> tuple[str, dict[str, Any]]:
-        return await aread_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars)
+        return await aread_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars,
+                                  messages=_messages(runtime))
 
     return StructuredTool.from_function(func=recall, coroutine=arecall, name=name, description=_DESCRIPTION,
                                         response_format="content_and_artifact")
