@@ -255,6 +255,9 @@ class CompactionPolicy:
             return
         tokens = value * self._window() if kind == "fraction" else value
         lows = self.trigger_tokens()
+        budget = self.budget_tokens()
+        if not lows and budget is not None and not self._message_thresholds():  # the default: the budget triggers
+            lows = [budget]
         if lows and tokens >= min(lows):
             raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
 

@@ -61,6 +61,7 @@ def test_budget_triggers_even_without_a_token_trigger():
         ({"trigger": []}, "trigger"),
         ({}, "trigger"),
         ({"max_input_tokens": 1000, "trigger": ("fraction", 0.8), "target": ("fraction", 0.9)}, "target"),
+        ({"max_input_tokens": 1000, "target": ("fraction", 0.95)}, "target"),  # at or above the budget (900)
         ({"max_input_tokens": 2000, "target": 500}, "target"),
         ({"max_input_tokens": 2000, "keep": 3}, "keep"),
         ({"trigger": ("messages", 10), "target": ("messages", 10)}, "target"),
