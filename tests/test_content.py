@@ -101,16 +101,23 @@ def test_the_active_turn_step_is_pinned_for_every_reasoning_kind(block):
                       tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
     msgs = [HumanMessage("q " * 1000, id="h0"), AIMessage("a " * 1000, id="a0"),
             HumanMessage("now do it", id="h1"), think, ToolMessage("z" * 6000, tool_call_id="k0", id="t0")]
-    for n in range(1, 6):
+    for n in range(1, 6):  # distinct results (identical ones would be deduplicated on arrival and fit)
         msgs += [AIMessage("", id=f"a{n}", tool_calls=[{"name": "read", "args": {"p": n}, "id": f"k{n}",
                                                        "type": "tool_call"}]),
-                 ToolMessage("z" * 6000, tool_call_id=f"k{n}", id=f"t{n}")]
+                 ToolMessage(str(n) * 6000, tool_call_id=f"k{n}", id=f"t{n}")]
     policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate", keep=("messages", 2),
                               strategies=[DropOldExchanges()])
     result = compact(msgs, policy)
+    assert result.triggered and result.fits
     kept = [m.id for m in result.messages]
     assert "think" in kept and "t0" in kept
     assert len(kept) < len(msgs)  # something was dropped, and the thinking step was not
+    # neither the second pass nor the last resort (which both ran: the history is still over the budget when
+    # the drop has done what it can) touched the thinking step: the same objects, content untouched
+    by_id = {m.id: m for m in result.messages}
+    assert by_id["think"] is think and by_id["t0"] is msgs[4]
+    assert {a.strategy for a in result.actions} >= {"drop_old_exchanges", "last_resort"}
+    assert not any({"think", "t0"} & set(a.message_ids) for a in result.actions)
 
 
 def test_content_text_names_non_text_blocks_and_reply_text_keeps_only_written_text():
