@@ -26,6 +26,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 
 from lc_compaction import (
     ApproximateCounter,
@@ -41,6 +42,7 @@ from lc_compaction.dedup import DEDUP_MIN_CHARS, DEDUP_STRATEGY, content_sha256,
 from lc_compaction import tally as count_tally
 from lc_compaction.integrations import CompactionMiddleware, CompactionNode, CompactionState
 from lc_compaction.integrations import view as view_cache
+from lc_compaction.integrations.plan import plan_compaction
 from lc_compaction.ladder import LadderState, Slot
 from lc_compaction.markers import MARK_KEY, is_shortened, is_summary, is_truncated, make_summary_message
 from lc_compaction.structure import check_invariants
@@ -460,6 +462,38 @@ def test_view_mode_sends_what_rewrite_mode_sends_with_repeated_results(use_async
                                                      (f"h{i}", f"a{i}", f"t{i}", f"ans{i}")]]
     assert not notes_of(stored["view"])
     assert dicts(stored["rewrite"][:-1]) == dicts(sent["rewrite"][-1])
+
+
+@FAST
+@given(history=repeating_histories(max_turns=4, max_steps=3), window=st.integers(300, 12_000), keep=KEEPS,
+       ladder=st.sampled_from(["default", "drop"]), fresh_process=st.booleans())
+def test_view_mode_sends_what_rewrite_mode_sends_on_generated_repeating_histories(history, window, keep, ladder,
+                                                                                    fresh_process) -> None:
+    """The agent loop through `plan_compaction` (what both doors run): rewrite mode applies its writes to the
+    stored history with LangGraph's `add_messages`, view mode stores every message and passes its memory on as
+    JSON (with `fresh_process`, every call starts without the in-process view and counts). Every call sends the
+    same messages in both modes."""
+    policy = _policy(window, keep, ladder)
+    stored: dict[str, list[BaseMessage]] = {"rewrite": [], "view": []}
+    memory: dict[str, Any] = {"rewrite": None, "view": None}
+    done = 0
+    for end in _model_calls(history):
+        new = history[done:end]
+        done = end
+        sent = {}
+        for mode in ("rewrite", "view"):
+            stored[mode] = add_messages(stored[mode], new)
+            if fresh_process and mode == "view":
+                view_cache.clear()
+                count_tally.clear()
+            plan = plan_compaction(stored[mode], memory[mode], policy, door="langgraph_node", mode=mode)
+            memory[mode] = json.loads(json.dumps(plan.memory))
+            for write in plan.messages_writes:
+                stored[mode] = add_messages(stored[mode], write)
+            sent[mode] = plan.model_input
+        assert dicts(sent["view"]) == dicts(sent["rewrite"])
+        check_notes(sent["view"])
+    assert dicts(stored["view"]) == dicts(history[:done])  # view mode stores every message as it came
 
 
 REPEATING = "agentdojo/claude-3-haiku-20240307/workspace/user_task_35"
