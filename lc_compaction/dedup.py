@@ -107,8 +107,13 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
 def note_for(message: ToolMessage, original: BaseMessage) -> ToolMessage:
     """A copy of `message` (same id, tool_call_id, name, status, artifact) whose content says it is identical to
     `original` (an earlier tool result) and where to read it; marked `{"kind": "deduplicated", "same_as": <original's
-    id>, "original_chars": n}` (characters of the content replaced)."""
-    chars = len(_key(message.content) or "")
+    id>, "original_chars": n}` (characters of the content replaced). `message` may be a note already (pointed at
+    another earlier copy by `restore_references`): `n` and the size the text names stay those of the content it
+    replaced, not of the note's own text."""
+    earlier = (message.response_metadata or {}).get(MARK_KEY) if is_deduplicated(message) else None
+    chars = earlier.get("original_chars") if isinstance(earlier, dict) else None
+    if not isinstance(chars, int):
+        chars = len(_key(message.content) or "")
     call = getattr(original, "tool_call_id", "") or ""
     tool = f" of {original.name}" if getattr(original, "name", None) else ""
     where = ", shown there cut to fit the context window" if is_shortened(original) else ""

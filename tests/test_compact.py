@@ -86,18 +86,52 @@ def test_drop_removes_whole_exchanges_and_keeps_the_first_request():
     assert result.tokens_after <= 500
 
 
-def test_long_single_request_tool_loop_reaches_into_the_kept_part_sparing_recent_results():
-    """One request then a long tool loop: everything is 'kept' by turns, yet it must not overflow."""
+def _single_request_loop(result_chars: int) -> list:
+    """One request then a 12-call tool loop; every result is distinct (a repeat would be deduplicated on
+    arrival, `lc_compaction.dedup`, and this is about truncation) and about `result_chars` characters long."""
     msgs = [SystemMessage("s", id="sys"), HumanMessage("do the task", id="h")]
     for n in range(12):
-        msgs += [ai_call(f"c{n}", f"a{n}", name="read"), tool_result(f"c{n}", f"t{n}", "y" * 3000, name="read")]
+        msgs += [ai_call(f"c{n}", f"a{n}", name="read"),
+                 tool_result(f"c{n}", f"t{n}", f"result {n}: " + "y" * result_chars, name="read")]
+    return msgs
+
+
+def test_long_single_request_tool_loop_reaches_into_the_kept_part_sparing_recent_results():
+    """One request then a long tool loop: everything is 'kept' by turns, yet it must not overflow. When the
+    soft pass gets under the target with them spared, the `keep` most recent results stay whole."""
+    msgs = _single_request_loop(3000)  # ~750 tokens a result: three spared results fit the 4,000-token target
     policy = CompactionPolicy(max_input_tokens=8000, token_counter="approximate",
                               strategies=[TruncateToolResults(keep=3)])
     result = compact(msgs, policy)
     assert result.fits and result.tokens_after <= policy.target_goal()[0]
+    assert result.stop_reason == "under_target"
     for n in (9, 10, 11):  # the 3 most recent results are spared
         assert not is_truncated(next(m for m in result.messages if m.id == f"t{n}"))
     assert is_truncated(next(m for m in result.messages if m.id == "t0"))
+    truncated = [a.message_ids[0] for a in result.actions if a.kind == "truncated"]
+    assert truncated == [f"t{n}" for n in range(len(truncated))]  # oldest first, none of the spared three
+
+
+def test_the_second_pass_reaches_into_the_spared_results_toward_the_target_sparing_the_most_recent_step():
+    """When the `keep` spared results alone keep the history above the target, the soft pass stops above it and
+    the second pass goes on truncating them, oldest first, toward the target; the most recent step's result is
+    never touched (issue 13: a compaction that stops above the target is redone on the next calls)."""
+    msgs = _single_request_loop(10_000)  # ~2,500 tokens a result: three spared results are over the target
+    policy = CompactionPolicy(max_input_tokens=8000, token_counter="approximate",
+                              strategies=[TruncateToolResults(keep=3)])
+    target = policy.target_goal()[0]
+    assert target is not None
+    result = compact(msgs, policy)
+    assert result.fits and result.tokens_after <= target and result.stop_reason == "under_target"
+    by_id = {m.id: m for m in result.messages}
+    assert [n for n in range(12) if not is_truncated(by_id[f"t{n}"])] == [11]  # only the most recent step whole
+    assert by_id["t11"] is msgs[-1]
+    # the soft pass truncated all but the 3 most recent, the second pass two of those three, oldest first
+    truncated = [a.message_ids[0] for a in result.actions if a.kind == "truncated"]
+    assert truncated == [f"t{n}" for n in range(11)]
+    # a soft pass alone (keep=3) would have stopped above the target: the second pass is what got under it
+    spared = sum(policy.counter.count_message(m) for m in msgs[-5::2])  # t9, t10, t11 whole
+    assert spared > target
 
 
 def test_hard_pass_shrinks_keep_to_fit_the_window():

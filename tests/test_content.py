@@ -21,6 +21,7 @@ from lc_compaction._content import (
     starts_with_thinking,
     with_block_text,
 )
+from lc_compaction.markers import is_shortened
 from lc_compaction.shorten import media_count, shorten
 from lc_compaction.tokens import ApproximateCounter
 
@@ -101,16 +102,47 @@ def test_the_active_turn_step_is_pinned_for_every_reasoning_kind(block):
                       tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
     msgs = [HumanMessage("q " * 1000, id="h0"), AIMessage("a " * 1000, id="a0"),
             HumanMessage("now do it", id="h1"), think, ToolMessage("z" * 6000, tool_call_id="k0", id="t0")]
-    for n in range(1, 6):
+    for n in range(1, 6):  # distinct results (identical ones would be deduplicated on arrival and fit)
         msgs += [AIMessage("", id=f"a{n}", tool_calls=[{"name": "read", "args": {"p": n}, "id": f"k{n}",
                                                        "type": "tool_call"}]),
-                 ToolMessage("z" * 6000, tool_call_id=f"k{n}", id=f"t{n}")]
+                 ToolMessage(str(n) * 6000, tool_call_id=f"k{n}", id=f"t{n}")]
     policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate", keep=("messages", 2),
                               strategies=[DropOldExchanges()])
     result = compact(msgs, policy)
+    assert result.triggered and result.fits
     kept = [m.id for m in result.messages]
     assert "think" in kept and "t0" in kept
     assert len(kept) < len(msgs)  # something was dropped, and the thinking step was not
+    # neither the second pass nor the last resort (which both ran: the history is still over the budget when
+    # the drop has done what it can) touched the thinking step: the same objects, content untouched
+    by_id = {m.id: m for m in result.messages}
+    assert by_id["think"] is think and by_id["t0"] is msgs[4]
+    assert {a.strategy for a in result.actions} >= {"drop_old_exchanges", "last_resort"}
+    assert not any({"think", "t0"} & set(a.message_ids) for a in result.actions)
+
+
+@pytest.mark.parametrize("block", THINKING, ids=[b["type"] for b in THINKING])
+def test_the_last_resort_cuts_the_active_turn_steps_result_only_to_fit_the_budget(block):
+    """When only the pinned thinking step's own (huge) result can make the history fit, the last resort cuts that
+    result in place, to what the budget needs (pinned: never toward the target, as unpinned messages are), and
+    the thinking message itself stays as it was, its reasoning block first."""
+    think = AIMessage([block, {"type": "tool_use", "id": "k0", "name": "read", "input": {"p": 0}}], id="think",
+                      tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
+    msgs = [HumanMessage("q " * 1000, id="h0"), AIMessage("a " * 1000, id="a0"),
+            HumanMessage("now do it", id="h1"), think, ToolMessage("z" * 24_000, tool_call_id="k0", id="t0"),
+            AIMessage("", id="a1", tool_calls=[{"name": "read", "args": {"p": 1}, "id": "k1", "type": "tool_call"}]),
+            ToolMessage("w" * 800, tool_call_id="k1", id="t1")]
+    policy = CompactionPolicy(max_input_tokens=4000, token_counter="approximate", keep=("messages", 2),
+                              strategies=[DropOldExchanges()])
+    budget, (target, _) = policy.budget_tokens(), policy.target_goal()
+    assert budget is not None and target is not None
+    result = compact(msgs, policy)
+    by_id = {m.id: m for m in result.messages}
+    assert result.fits and target < result.tokens_after <= budget
+    assert by_id["think"] is think and starts_with_thinking(by_id["think"])
+    cut = by_id["t0"]
+    assert is_shortened(cut) and cut.content.startswith("z" * 1000)
+    assert any(a.strategy == "last_resort" and a.message_ids == ["t0"] for a in result.actions)
 
 
 def test_content_text_names_non_text_blocks_and_reply_text_keeps_only_written_text():

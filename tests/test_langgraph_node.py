@@ -121,7 +121,7 @@ def _model_free_graph(node: CompactionNode) -> Any:
 
 
 def test_truncation_only_is_written_in_place_with_the_same_ids() -> None:
-    history = tool_loop(4, 60)
+    history = tool_loop(4, 80)  # ~1,700 tokens: over the 1,350-token budget (the default trigger)
     node = CompactionNode(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])
     graph = _model_free_graph(node)
     config = {"configurable": {"thread_id": "t"}}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage, message_to_dict
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage, message_to_dict
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -120,8 +120,11 @@ def test_system_prompt_and_tool_schemas_count_toward_the_trigger() -> None:
     history = plain_chat(3, 30)
     window = 1_000
     alone = wire_tokens(history)
-    assert alone < 0.8 * window, "the messages alone must stay under the default trigger (80% of the window)"
-    long_system = "You are a careful airline agent. " * 40
+    budget = CompactionPolicy(max_input_tokens=window).budget_tokens()
+    assert budget is not None
+    assert alone < budget, "the messages alone must stay under the default trigger (the budget)"
+    long_system = "You are a careful airline agent. " * 80
+    assert wire_tokens([SystemMessage(long_system), *history]) > budget, "with the system prompt they do not fit"
     assert _one_call(history, system=None, tools=[], window=window)["reason"] == "under_trigger"
     with_system = _one_call(history, system=long_system, tools=[], window=window)
     assert with_system["outcome"] == "compacted"
@@ -171,7 +174,8 @@ def test_a_policy_object_and_keyword_settings_give_the_same_result() -> None:
 
 
 def test_truncation_only_is_stored_in_place() -> None:
-    history = tool_loop(4, 60, tool="lookup_reservation", args=lambda i: {"reservation_id": f"R{i}"},
+    # ~1,700 tokens: over the 1,350-token budget (the default trigger)
+    history = tool_loop(4, 80, tool="lookup_reservation", args=lambda i: {"reservation_id": f"R{i}"},
                         last="one more question")
     model = ReplayChatModel(messages=iter([AIMessage("answer", id="reply")]))
     mw = CompactionMiddleware(max_input_tokens=1_500, strategies=[TruncateToolResults(keep=1)])

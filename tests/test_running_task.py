@@ -69,8 +69,10 @@ def notes(messages: list[BaseMessage]) -> list[list[str]]:
 def test_the_issue_example_keeps_the_previous_step_as_notes():
     """One request, two parallel lookups of about 1,370 tokens per step, window 4,000 (trigger 3,200, budget
     3,600): after the third step the previous step stays, as one-line notes; the first one, which notes alone
-    cannot fit under the trigger, is named in the progress note. Nothing is removed."""
-    policy = CompactionPolicy(max_input_tokens=4_000)
+    cannot fit under the trigger, is named in the progress note. Nothing is removed. The trigger is the issue's
+    (80% of the window), explicit: the default trigger is the budget, under which the third step still fits with
+    both earlier steps as notes (what the default does is checked by the tests below)."""
+    policy = CompactionPolicy(max_input_tokens=4_000, trigger=("fraction", 0.8))
     assert 1_300 <= policy.counter.count_message(lookup_step(0, chars=4_400)[1]) <= 1_450
     for n, (_before, result) in enumerate(agent_loop(3, policy, chars=4_400)):
         assert missing_running_calls(loop(n + 1, chars=4_400), result.messages) == []
@@ -139,11 +141,12 @@ def test_the_note_goes_after_the_thinking_blocks_and_the_thinking_step_is_kept()
 
 def test_a_note_is_recognized_by_its_text_when_its_metadata_is_lost():
     policy = CompactionPolicy(max_input_tokens=4_000)
-    _, result = agent_loop(4, policy)[-1]
+    _, result = agent_loop(5, policy)[-1]  # the fifth step is the first that does not fit with notes alone
+    assert len(notes(result.messages)) == 1
     plain = [m.model_copy(update={"additional_kwargs": {}, "response_metadata": {}}) for m in result.messages]
-    state = plain + lookup_step(4) + []
+    state = plain + lookup_step(5) + []
     after = compact(state, policy)
-    assert missing_running_calls(loop(5), after.messages) == []
+    assert missing_running_calls(loop(6), after.messages) == []
     (lines,) = notes(after.messages)
     assert lines[:len(notes(result.messages)[0])] == notes(result.messages)[0]
 

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import add_messages
 
-from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, compact
+from lc_compaction import ApproximateCounter, CompactionPolicy, DropOldExchanges, TruncateToolResults, compact
 from lc_compaction.integrations import CompactingChatMessageHistory, CompactionMiddleware
 from lc_compaction.integrations import view as view_module
 from lc_compaction.integrations.plan import plan_compaction
@@ -111,12 +111,40 @@ def test_keep_turns_counts_user_requests_only():
     msgs = [SystemMessage("s", id="s"), HumanMessage("q1 " * 300, id="h1"), AIMessage("a1 " * 300, id="a1"),
             HumanMessage("q2 " * 300, id="h2"), AIMessage("a2 " * 300, id="a2"), SystemMessage("note", id="n"),
             AIMessage("a3", id="a3")]
-    policy = CompactionPolicy(max_input_tokens=1_000, keep=("turns", 1), token_counter="approximate")
+    recorder = _KeptPart()
+    policy = CompactionPolicy(max_input_tokens=1_000, keep=("turns", 1), token_counter="approximate",
+                              strategies=[recorder, TruncateToolResults(), DropOldExchanges()])  # the default ladder
     result = compact(msgs, policy)
     ids = [m.id for m in result.messages]
     assert result.triggered and "a1" not in ids  # something had to go: the older turn's answer
-    assert {"h2", "a2", "n", "a3"} <= set(ids)  # the last user turn is h2's, not the note's
+    assert recorder.kept["soft"] == ["h2", "a2", "n", "a3"]  # the last user turn is h2's, not the note's
+    assert {"h2", "n", "a3"} <= set(ids)
     assert result.messages[ids.index("h2")].content == msgs[3].content
+    # the soft pass stops above the target (dropping a1 is not enough), so the second pass goes on toward it
+    # with only the most recent step kept: a2 may go there, never in the soft pass
+    assert recorder.kept["relaxed"] == ["a3"]
+    # with a target the soft pass reaches, the whole last user turn stays
+    reached = compact(msgs, CompactionPolicy(max_input_tokens=1_000, keep=("turns", 1), token_counter="approximate",
+                                             target=("fraction", 0.8)))
+    ids = [m.id for m in reached.messages]
+    assert reached.triggered and "a1" not in ids and {"h2", "a2", "n", "a3"} <= set(ids)
+    assert reached.stop_reason == "under_target"
+
+
+class _KeptPart:
+    """A test strategy that changes nothing and records, for each pass it runs in, the ids of the messages in
+    the kept recent part (`Slot.kept`)."""
+
+    name = "record_kept_part"
+
+    def __init__(self) -> None:
+        self.kept: dict[str, list[str | None]] = {}
+
+    def apply(self, state: Any) -> None:
+        self.kept.setdefault(state.pass_name, [s.message.id for s in state.slots if s.kept])
+
+    async def aapply(self, state: Any) -> None:
+        self.apply(state)
 
 
 # ------------------------------------------------------------------------------------------------ compact

@@ -142,7 +142,8 @@ def test_a_compaction_right_after_a_checkpoint_load_remembers_only_what_it_rewro
     pol = policy()
     stored, calls = session(pol, 1)
     _, _, memory = calls[-1]
-    stored = reloaded(stored) + tool_turn(300, 9000)  # a large tool result: this call compacts again
+    # a large tool result (~3,500 tokens): over the 5,400-token budget (the default trigger), this call compacts again
+    stored = reloaded(stored) + tool_turn(300, 14_000)
     plan = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view")
     assert plan.result.compacted
     by_id = {m.id: m for m in stored}
@@ -158,8 +159,10 @@ def test_an_edit_by_id_after_a_checkpoint_load_reaches_the_model():
     pol = policy()
     stored, calls = session(pol, 1)
     _, _, memory = calls[-1]
-    stored = reloaded(stored) + tool_turn(300, 9000)
-    memory = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view").memory
+    stored = reloaded(stored) + tool_turn(300, 14_000)  # over the budget: this call compacts
+    compacting = plan_compaction(stored, memory, pol, door="langgraph_node", mode="view")
+    assert compacting.result.triggered and compacting.result.compacted
+    memory = compacting.memory
     first_request = next(i for i, m in enumerate(stored) if m.type == "human")
     edited = reloaded(stored)
     edited[first_request] = edited[first_request].model_copy(update={"content": "EDITED first request"})

@@ -23,7 +23,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from lc_compaction import CompactionPolicy, TiktokenCounter
 from lc_compaction.integrations import CompactionNode, CompactionState
 
-WINDOW = 3_000  # tokens: the conversation below passes the trigger after a few turns
+WINDOW = 2_000  # tokens: the conversation below passes the trigger (the budget, 1,800) after a few turns, and again
 TURNS = [f"Question {i} about order A-{1000 + i}: " + "please give me every detail of the shipment. " * 25
          for i in range(10)]
 
@@ -93,6 +93,8 @@ def test_view_mode_over_messages_state_sends_what_rewrite_mode_sends_and_keeps_t
         assert call[-1].id == f"h{i}" and call[0].id == "sys"
         compacted += len(call) < 2 * i + 2
     assert compacted >= 3, "the window is small enough for compaction to run on several turns"
+    runs = sum(len(call) < len(before) + 2 for before, call in zip(view_sent, view_sent[1:]))
+    assert runs >= 2, "compaction runs again on a history compacted before"
     # the model sees exactly what rewrite mode sends, while the stored history stays whole
     assert [[message_to_dict(m) for m in call] for call in view_sent] == \
         [[message_to_dict(m) for m in call] for call in rewrite_sent]
