@@ -27,11 +27,12 @@ conversation sent whole at every call (no compaction: the recording so far). Row
   model summary), deterministic. Its bill depends on that size; read it as an order of magnitude.
 
 Figures per row and window: the bill relative to no compaction (summed billed input over summed uncompacted billed
-input), compactions (calls that changed the history: ours, calls whose ladder ran and changed it, `CallRecord.compacted`;
-ClearToolUsesEdit, calls where it cleared a result; SummarizationMiddleware, calls where it summarized), arrival
-edits (ours: calls whose only change was to messages new since the previous call, a repeated tool result noted,
-`lc_compaction.dedup`: the ladder did not run and the cached prefix is intact, so they are not compactions),
-back-to-back compactions (on the call right after another), prefix breaks (calls whose sent history does not start with the whole previous request),
+input), compactions (calls that changed the history: ours, calls whose ladder ran and changed it,
+`CallRecord.compacted`; ClearToolUsesEdit, calls where it cleared a result; SummarizationMiddleware, calls where it
+summarized), arrival edits (ours: calls whose only change was to messages new since the previous call, a repeated
+tool result noted, `lc_compaction.dedup`: the ladder did not run and the cached prefix is intact, so they are not
+compactions), back-to-back compactions (on the call right after another), prefix breaks (calls whose sent history
+does not start with the whole previous request),
 tokens saved, calls over the window, and the conversations that never exceed the budget without compaction whose
 bill rose anyway. The identifiers table replays the tau-bench conversations and counts the (call, identifier)
 pairs whose identifier of the history so far the sent history still holds (`lc_compaction.recall`).
