@@ -14,15 +14,19 @@ The ladder, in order:
    message index and tool_call_id, or is repaired (reported) when `repair=True`.
 3. **Soft pass**: the strategies run in order, each only while the history is above the target, with the
    pins and the `keep` part protected.
-4. **Second pass**: if the history is still over the budget (`max_input_tokens - reserve`) or still above the
-   trigger (so the next call would compact again), the strategies run again toward the target with the
-   protected part shrunk to the pins and the most recent step ("hard" pass when over the budget, else
-   "relaxed"). The running request's tool calls never leave the input: its old results become notes, and only
-   what still cannot fit is folded into its progress note (`progress.py`).
+4. **Second pass**: if the history is still above the target (the soft pass stopped short of it: the `keep` part,
+   or the results it spares, hold too much), the strategies run again toward the target with the protected part
+   shrunk to the pins and the most recent step ("hard" pass when over the budget `max_input_tokens - reserve`,
+   else "relaxed"). The target is what buys headroom: a compaction that stops just under the budget (or the
+   trigger) compacts again at the next call, breaking the provider's cached prefix each time (issue 13,
+   `benchmarks/BILL.md`). In the relaxed pass a summarizer's model is not called a second time. The running
+   request's tool calls never leave the input: its old results become notes, and only what still cannot fit is
+   folded into its progress note (`progress.py`).
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
-   it fits: unpinned ones first, then pinned ones, the latest request last, the largest first in each group;
-   the system prompt never. Nothing is cut when cutting cannot make it fit. If even that cannot make it fit,
-   `fits` is False and `stop_reason` is "pinned_over_budget".
+   it fits (unpinned older messages toward the target, for the same headroom; the newest step leaving room for
+   one more like it: `shorten.last_resort`): unpinned ones first, then pinned ones, the latest request last, the
+   largest first in each group; the system prompt never. Nothing is cut when cutting cannot make it fit. If even
+   that cannot make it fit, `fits` is False and `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
 """
 
@@ -271,8 +275,9 @@ class _Compaction:
         return self.budget is not None and st.total() > self.budget
 
     def needs_second_pass(self) -> bool:
-        """After the soft pass: still over the budget, or still above the trigger (the next call would compact
-        again, churning the prompt cache)."""
+        """After the soft pass: still over the budget, above the trigger, or above the target (a compaction that
+        stops short of the target leaves no headroom, so the next calls compact again, churning the prompt
+        cache)."""
         st = self.state
         assert st is not None
         return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots)) or st.over_goal()
@@ -280,7 +285,7 @@ class _Compaction:
     def start_second_pass(self) -> None:
         """Shrink the protected part to the pins and the most recent step; the goal stays the target.
         `pass_name` is "hard" when the history is over the budget (it must shrink to fit the window), else
-        "relaxed" (it fits, but is above the trigger)."""
+        "relaxed" (it fits, but is above the target)."""
         st = self.state
         assert st is not None
         msgs = st.messages

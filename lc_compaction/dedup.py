@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
 
 __all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "content_sha256", "deduplicate", "duplicates", "is_deduplicated",
-           "note_for"]
+           "note_for", "referenced", "restore_references"]
 
 DEDUP_STRATEGY = "deduplicate_tool_results"
 """`Action.strategy` of a repeated result replaced by its note (`Action.kind` "deduplicated")."""
@@ -169,3 +169,17 @@ def restore_references(state: LadderState, gone: Sequence[BaseMessage]) -> None:
             state.replace(i, note_for(state.slots[i].message, restored),  # type: ignore[arg-type]
                           strategy=DEDUP_STRATEGY, kind="restored", record_gone=False,
                           detail=f"points at message {restored.id} now")
+
+
+def referenced(messages: Sequence[BaseMessage]) -> dict[int, int]:
+    """`{j: k}`: the earlier copy `messages[j]` that deduplication notes point at, and the index `k` of the latest
+    such note. `ladder.protect` keeps an earlier copy's step whenever a note pointing at it is kept: taking the copy
+    out would only move its content forward (`restore_references`), breaking the cached prefix for nothing."""
+    at = {m.id: i for i, m in enumerate(messages) if m.id and kind(m) == TOOL}
+    out: dict[int, int] = {}
+    for k, m in enumerate(messages):
+        if is_deduplicated(m):
+            j = at.get(m.response_metadata[MARK_KEY].get("same_as"))
+            if j is not None and j < k:
+                out[j] = k
+    return out

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
 from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
-from lc_compaction.dedup import restore_references
+from lc_compaction.dedup import referenced, restore_references
 from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
@@ -445,7 +445,8 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     `CompactionPolicy.is_pinned_by_caller`), the first assistant step after the latest request when it starts
     with a thinking block (Anthropic requires the active turn's first assistant message to keep it), and the
     request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
-    `keep_from` on, moved back to the start of its step.
+    `keep_from` on, moved back to the start of its step, and the step of every earlier copy that a kept
+    deduplication note points at (`dedup.referenced`).
     """
     msgs = [s.message for s in slots]
     steps = split_steps(msgs) if steps is None else steps
@@ -460,6 +461,13 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
             break
     for i in range(keep_from, n):
         slots[i].kept = True
+    # an earlier copy that a kept deduplication note points at is as recent as the note (`dedup.referenced`)
+    copies = {j for j, k in referenced(msgs).items() if k >= keep_from and j < keep_from}
+    if copies:
+        for st in steps:
+            if copies.intersection(st.indices):
+                for i in st.indices:
+                    slots[i].kept = True
     for i, m in enumerate(msgs):
         if m.type == "system":
             slots[i].pinned = True

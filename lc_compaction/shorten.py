@@ -44,6 +44,7 @@ from lc_compaction.markers import (
     MARK_KEY,
     SHORTENED_MARKER,
     is_shortened,
+    is_summary,
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction.progress import note_lines, terse_note
@@ -267,10 +268,13 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
 def last_resort(state: LadderState, budget: int, goal: int | None = None) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
-    `goal` (tokens, below `budget`: the policy's target): messages that are not pinned are cut down toward it
-    rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
-    cut that leaves the history at the budget is redone at the next call, breaking the cached prefix each time);
-    pinned messages are only ever cut to fit the budget.
+    `goal` (tokens, below `budget`: the policy's target): older messages that are not pinned are cut down toward
+    it rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
+    cut that leaves the history at the budget is redone at the next call, breaking the cached prefix each time).
+    Pinned messages and summaries (their fact lines end them) are only ever cut to fit the budget; the most recent
+    step (the results the model has not read yet) is cut to leave room for one more step as large as it was:
+    toward `max(goal, budget - its tokens)`, so that a result too large for the window is not cut to fit exactly
+    the budget and then cut again at the next call.
 
     Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
     (`progress.py`: it names the calls already made), the latest request last; the largest first in each group;
@@ -297,6 +301,9 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     requests = [i for i, s in enumerate(slots) if is_request(s.message)]
     latest = requests[-1] if requests else -1
     noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
+    steps = state.steps()
+    recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
+    recent_tokens = sum(slots[i].tokens for i in recent)
     tried: set[int] = set()
     low = budget if goal is None else min(goal, budget)
     while state.total() > budget:
@@ -307,7 +314,10 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
         tried.add(i)
         if i in noted and _terse(state, i) and state.total() <= budget:
             return
-        level = budget if (i == latest or slots[i].pinned or i in noted) else low
+        if i == latest or slots[i].pinned or i in noted or is_summary(slots[i].message):
+            level = budget
+        else:
+            level = max(low, budget - recent_tokens) if i in recent else low
         _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - level), 1))
 
 

@@ -285,8 +285,9 @@ def test_when_every_copy_leaves_no_note_is_left() -> None:
 
 
 def test_a_compaction_that_drops_the_earlier_copy_sends_the_listing_once_whole() -> None:
-    """Through `compact`: the exchange holding the first listing is dropped (its step is large), the first
-    repeat is sent whole in its place and the last one points at it."""
+    """Through `compact`: the exchange holding the first listing is dropped (its step is large; the second pass
+    protects only the most recent step, and the notes are not in it), the earliest repeat still there is sent whole
+    in its place and every later one points at it."""
     history = listing_history(3)
     history[2] = ai_call("c0", "a0", "Let me look at the drive first. " * 250, name="list_files")
     policy = CompactionPolicy(max_input_tokens=2_000, token_counter="approximate", keep=("turns", 2),
@@ -295,7 +296,10 @@ def test_a_compaction_that_drops_the_earlier_copy_sends_the_listing_once_whole()
     result = compact(noted, policy)
     assert result.triggered and result.stop_reason == "under_target"
     by_id = {m.id: m for m in result.messages}
-    assert "t0" not in by_id and by_id["t1"].content == LISTING and same_as(by_id["t2"]) == "t1"
+    assert "t0" not in by_id
+    results = [m for m in result.messages if isinstance(m, ToolMessage)]
+    assert results[0].content == LISTING and all(same_as(m) == results[0].id for m in results[1:])
+    check_notes(result.messages)
     assert result.tokens_after == policy.counter.count_messages(result.messages)
     assert sum(a.tokens_saved for a in result.actions) == result.tokens_before - result.tokens_after
     check_notes(result.messages)
@@ -411,12 +415,27 @@ def _graph(mode: str) -> tuple[Any, list[list[BaseMessage]]]:
         return {"messages": [model.invoke(state[key])]}
 
     builder = StateGraph(MessagesState)
-    builder.add_node("compact", CompactionNode(CompactionPolicy(max_input_tokens=3_000), mode=mode))
+    builder.add_node("compact", CompactionNode(CompactionPolicy(max_input_tokens=2_000), mode=mode))
     builder.add_node("model", call_model)
     builder.add_edge(START, "compact")
     builder.add_edge("compact", "model")
     builder.add_edge("model", END)
     return builder.compile(checkpointer=InMemorySaver()), sent
+
+
+def test_the_earlier_copy_stays_while_a_kept_note_points_at_it() -> None:
+    """When a note pointing at an earlier copy is in the kept part (here the most recent step), the copy's step is
+    kept too (`dedup.referenced`): dropping it would only move the listing forward. What goes instead is the rest."""
+    history = listing_history(3)[:-1]  # ends with the third exchange's answer: make its listing the newest step
+    history = history[:-1]  # ... without the answer: the agent is about to read the third listing
+    history[2] = ai_call("c0", "a0", "Let me look at the drive first. " * 250, name="list_files")
+    noted = compact(history, CompactionPolicy(max_input_tokens=100_000, token_counter="approximate")).messages
+    policy = CompactionPolicy(max_input_tokens=2_000, token_counter="approximate", strategies=[DropOldExchanges()])
+    result = compact(noted, policy)
+    by_id = {m.id: m for m in result.messages}
+    assert result.triggered and by_id["t0"].content == LISTING and same_as(by_id["t2"]) == "t0"
+    assert not [a for a in result.actions if a.kind == "restored"]
+    check_notes(result.messages)
 
 
 def _turn(i: int) -> list[BaseMessage]:

@@ -6,7 +6,7 @@ attacker's text ("<INFORMATION> ... </INFORMATION>") reaches the agent only insi
 `injection.markers` are short pieces of the attacker's goal (IBANs, e-mail addresses, URLs, the goal's first
 words) that occur in no system or user message of the recording. Each conversation is replayed (the agent loop's
 replay: compact before every recorded model call, the compacted history becomes the state) at windows of 4,000
-and 8,000 tokens, under the default policy and under an aggressive one (trigger at 20%, keep 3 messages: more
+and 8,000 tokens, under the default policy and under an aggressive one (trigger at 15%, keep 3 messages: more
 of each conversation is summarized or folded, and repeated results deduplicated on arrival get their content back
 when the earlier copy is folded away), with the ledger and with a summarizer that answers with its whole input
 (the worst case: it copies everything it is shown, tool results and the injection included).
@@ -82,9 +82,10 @@ def text_of(message: BaseMessage) -> str:
 
 POLICIES = {
     "default": {},
-    # 20%, not the 30% of the rule before deduplication and the deeper second pass: at 8,000 tokens, 30% gives
-    # 8 compacted contexts over the 40 runs (19 before), too few to check; 20% gives 24
-    "aggressive": {"trigger": ("fraction", 0.2), "keep": ("messages", 3)},
+    # 15%, not the 30% of the rule before deduplication and the deeper second pass: at 8,000 tokens, 30% gives
+    # 8 compacted contexts over the 40 runs (19 before), too few to check; 20% gave 24 until the last resort left
+    # the newest step room to grow, and too few summaries holding fenced text (2 conversations) after it
+    "aggressive": {"trigger": ("fraction", 0.15), "keep": ("messages", 3)},
 }
 
 

@@ -118,7 +118,7 @@ def test_without_the_guard_a_summary_that_writes_no_identifier_keeps_none():
     for _cid, messages in TAU:
         # a trigger below the budget (the default is the budget itself): more compactions, more identifiers
         # evicted, so that "none kept" is a figure over hundreds of them
-        policy = CompactionPolicy(max_input_tokens=WINDOW, trigger=("fraction", 0.8), strategies=[
+        policy = CompactionPolicy(max_input_tokens=WINDOW, trigger=("fraction", 0.7), strategies=[
             Summarize(model=FakeSummaryModel(), fact_guard=False, initial_delay=0)])
 
         def on_call(before, result):

@@ -117,6 +117,8 @@ class CompactionNode(Runnable[dict, Any]):
             True for the graph's store (`builder.compile(store=...)`); the run's config must carry a
             `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result` to the agent's tools so the
             model can read it back.
+        deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
+            True (`CompactionPolicy.deduplicate`).
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
         rewrite: `{messages_key: [RemoveMessage(id=...) of each removed message, changed and new messages by
@@ -139,12 +141,12 @@ class CompactionNode(Runnable[dict, Any]):
                  keep: Any = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
                  pin: Any = None, repair: bool | None = None, offload: Any = None,
-                 offload_above: int | None = None) -> None:
+                 offload_above: int | None = None, deduplicate: bool | None = None) -> None:
         self.mode: Mode = check_mode(mode)
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
-            repair=repair, offload=offload, offload_above=offload_above)
+            repair=repair, offload=offload, offload_above=offload_above, deduplicate=deduplicate)
         self.messages_key = messages_key
         self.output_key = output_key
         self.memory_key = memory_key

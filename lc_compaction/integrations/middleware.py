@@ -100,6 +100,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             `BaseStore` to use instead of the agent's. See `lc_compaction.offload`.
         offload_above: with offload, a tool result over this many tokens is offloaded on arrival (head and tail
             preview plus the handle). Default `policy.DEFAULT_OFFLOAD_ABOVE`.
+        deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
+            True (`CompactionPolicy.deduplicate`).
 
     Raises:
         ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
@@ -114,7 +116,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  mode: Mode = "rewrite", trigger: Any = None, keep: Any = None, token_counter: Any = None,
                  max_input_tokens: int | None = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
-                 repair: bool | None = None, offload: Any = None, offload_above: int | None = None) -> None:
+                 repair: bool | None = None, offload: Any = None, offload_above: int | None = None,
+                 deduplicate: bool | None = None) -> None:
         super().__init__()
         check_mode(mode)
         if isinstance(model, str):
@@ -124,7 +127,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self.mode: Mode = mode
         self._settings = dict(trigger=trigger, keep=keep, token_counter=token_counter, target=target,
                               reserve=reserve, strategies=strategies, model_name=model_name, pin=pin, repair=repair,
-                              max_input_tokens=max_input_tokens, offload=offload, offload_above=offload_above)
+                              max_input_tokens=max_input_tokens, offload=offload, offload_above=offload_above,
+                              deduplicate=deduplicate)
         self._policies: dict[int | None, CompactionPolicy] = {}
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""

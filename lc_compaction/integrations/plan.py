@@ -253,7 +253,7 @@ class _Planning:
             "version": MEMORY_VERSION,
             "mode": mode,
             "calls": int(old.get("calls", 0)) + 1,
-            "compactions": int(old.get("compactions", 0)) + int(result.compacted),
+            "compactions": int(old.get("compactions", 0)) + int(result.compacted and result.triggered),
             "last": outcome_payload(result, mode=mode),
         }
         if result.tally is not None:  # lets the next call count only the messages added since (O(k))
@@ -308,7 +308,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
             `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
-    `{"version": 2, "mode": ..., "calls": int, "compactions": int, "last": <event data of this call, without
+    `{"version": 2, "mode": ..., "calls": int, "compactions": int (calls whose ladder ran and changed the history;
+    not arrival edits alone, `compact.py`), "last": <event data of this call, without
     the door and the number of stored messages>, "tally": <CountTally.to_dict(): what was counted, so the next
     call counts only the new messages>, "view": <the model input as runs of the stored history and rewritten
     messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
