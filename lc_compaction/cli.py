@@ -118,12 +118,14 @@ def _strategies(spec: str) -> list[Any]:
 
 
 def _make_policy(max_input_tokens: int, triggers: tuple[Any, ...], keep: Any, target: Any, reserve: int | None,
-                 token_counter: str, model_name: str, strategies: str = "truncate,drop") -> CompactionPolicy:
+                 token_counter: str, model_name: str, strategies: str = "truncate,drop",
+                 cached_price: float = DEFAULT_CACHED_PRICE) -> CompactionPolicy:
     from lc_compaction._offline import EncodingUnavailableError
 
     kwargs: dict[str, Any] = {"max_input_tokens": max_input_tokens, "trigger": list(triggers) or None,
                               "target": target, "reserve": reserve, "token_counter": token_counter,
-                              "model_name": model_name, "strategies": _strategies(strategies)}
+                              "model_name": model_name, "strategies": _strategies(strategies),
+                              "cached_price": cached_price}
     if keep is not None:
         kwargs["keep"] = keep
     try:
@@ -153,8 +155,9 @@ def _finite(value: float, param: click.Parameter) -> float:
 @_policy_options
 @click.option("--cached-price", type=click.FloatRange(0, 1), default=DEFAULT_CACHED_PRICE, show_default=True,
               callback=lambda ctx, param, value: _finite(value, param),
-              help="A cached input token's price over an uncached one, for the bill (OpenAI's prompt-cache rule: "
-                   "the prefix shared with the previous request, in 128-token steps from 1,024 tokens).")
+              help="A cached input token's price over an uncached one: the policy's cached_price (at 0.5 or more "
+                   "the default trigger is 80% of the window, else the budget) and the bill's (OpenAI's prompt-cache "
+                   "rule: the prefix shared with the previous request, in 128-token steps from 1,024 tokens).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (totals, policy, cache model, per file, per conversation, per call).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
@@ -171,7 +174,7 @@ def replay(traces: tuple[Path, ...], cached_price: float, as_json: bool, plot: P
     from lc_compaction.replay import ReplayError, replay_files
     from lc_compaction.traces import TraceFormatError, bundled_traces
 
-    policy = _make_policy(**settings)
+    policy = _make_policy(cached_price=cached_price, **settings)  # the price the rule decides with and bills at
     paths = list(traces) or bundled_traces()
     try:
         report = replay_files(paths, policy, progress=not as_json, cache=PromptCache(cached_price=cached_price))

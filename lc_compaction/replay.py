@@ -278,7 +278,7 @@ class _Replayer:
         self.first = next((m for m in self.recording if is_request(m)), None)
         self.history: list[BaseMessage] = []
         self.calls: list[CallRecord] = []
-        self.cache = cache or PromptCache()
+        self.cache = cache or PromptCache(cached_price=policy.cached_price)
         self.meter = BillMeter(self.cache, self.counter)
         self.meter_uncompacted = BillMeter(self.cache, self.counter)
         self.identifiers = IdentifierTracker()
@@ -355,8 +355,8 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
             f"{conversation_id}:{index}" (default "conversation", or the trace's id).
         compact_fn: `compact(messages, policy) -> CompactionResult`, replaceable (e.g. a wrapper).
         on_call: called after each call (see `OnCall`), e.g. to check every sent history.
-        cache: bills every call (`billing.PromptCache`; default `PromptCache()`: OpenAI's rule, cached tokens at
-            0.1 of the input price).
+        cache: bills every call (`billing.PromptCache`; default: OpenAI's rule, cached tokens at
+            `policy.cached_price` of the input price).
 
     Returns:
         A `ConversationReplay` with one `CallRecord` per recorded assistant message.
@@ -464,7 +464,8 @@ def policy_dict(policy: CompactionPolicy) -> dict[str, Any]:
             "keep": list(policy.keep), "target_tokens": goal_tokens, "target_messages": goal_messages,
             "reserve": policy.reserve, "budget_tokens": policy.budget_tokens(),
             "token_counter": getattr(policy.counter, "name", type(policy.counter).__name__),
-            "strategies": [s.name for s in policy.strategies or ()]}
+            "strategies": [s.name for s in policy.strategies or ()], "deduplicate": policy.deduplicate,
+            "cached_price": policy.cached_price}
 
 
 def _progress(total: int, progress: bool) -> tqdm[NoReturn]:

@@ -208,7 +208,10 @@ def _json(*args: str) -> dict:
 
 
 def test_cli_cached_price_reaches_the_bill_and_is_named():
-    cheap, dear = _json("--cached-price", "0.1"), _json("--cached-price", "0.5")
+    """The price bills the calls; with a trigger given, the same compactions run at every price, so only the bill
+    changes (without one, the price also picks the default trigger: `test_cli_cached_price_picks_the_default_...`)."""
+    rule = ("--trigger", "fraction=0.8")
+    cheap, dear = _json("--cached-price", "0.1", *rule), _json("--cached-price", "0.5", *rule)
     for data, price in ((cheap, 0.1), (dear, 0.5)):
         assert data["cache_model"]["cached_price"] == price
         assert data["cache_model"]["min_tokens"] == 1_024 and data["cache_model"]["step_tokens"] == 128
@@ -217,9 +220,17 @@ def test_cli_cached_price_reaches_the_bill_and_is_named():
                                                      abs=0.05)
     assert cheap["cached_tokens"] == dear["cached_tokens"] > 0  # the price changes the bill, not the cache
     assert cheap["billed_input"] < dear["billed_input"]
-    assert _json("--cached-price", "1")["billed_input"] == cheap["tokens_sent"]
+    assert _json("--cached-price", "1", *rule)["billed_input"] == cheap["tokens_sent"]
     bad = CliRunner().invoke(main, ["replay", "--cached-price", "1.5"])
     assert bad.exit_code == 2 and "--cached-price" in bad.output
+
+
+def test_cli_cached_price_picks_the_default_trigger():
+    """Without a trigger, the CLI's price is the policy's `cached_price`: at 0.5 the default trigger is 80% of the
+    window, so the replay compacts earlier and more often than at 0.1 (the budget as trigger)."""
+    cheap, dear = _json("--cached-price", "0.1"), _json("--cached-price", "0.5")
+    assert dear["policy"]["trigger"] != cheap["policy"]["trigger"]
+    assert dear["compactions"] > cheap["compactions"] > 0
 
 
 def test_cli_json_reports_the_bill_and_identifiers_per_call_and_in_total():

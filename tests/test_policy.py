@@ -105,3 +105,21 @@ def test_trigger_tokens_lists_every_token_threshold_and_no_message_threshold():
                          trigger=[("tokens", 9_000), ("messages", 50), {"fraction": 0.7, "messages": 20}])
     assert p.trigger_tokens() == [9_000, 0.7 * 10_000]
     assert CompactionPolicy(trigger=("messages", 5), token_counter="approximate").trigger_tokens() == []
+
+
+def test_the_cached_price_sets_when_the_default_trigger_fires():
+    """`cached_price` (module docstring of policy.py): below `EARLY_TRIGGER_PRICE` the default trigger is the budget
+    alone; at or above it (cached tokens cost half as much or more: a broken prefix pays back quickly), 80% of the
+    window. A trigger given explicitly is kept whatever the price."""
+    from lc_compaction.policy import EARLY_TRIGGER_FRACTION, EARLY_TRIGGER_PRICE
+
+    cheap = CompactionPolicy(max_input_tokens=10_000, cached_price=EARLY_TRIGGER_PRICE - 0.01)
+    dear = CompactionPolicy(max_input_tokens=10_000, cached_price=EARLY_TRIGGER_PRICE)
+    at = int(EARLY_TRIGGER_FRACTION * 10_000) + 1
+    assert not cheap.is_triggered(at, 10) and cheap.is_triggered(cheap.budget_tokens() + 1, 10)
+    assert dear.is_triggered(at, 10) and not dear.is_triggered(at - 1, 10)
+    given = CompactionPolicy(max_input_tokens=10_000, cached_price=1.0, trigger=("tokens", 9_000))
+    assert not given.is_triggered(at, 10)
+    for bad in (-0.1, 1.5, True, "0.1", float("nan")):
+        with pytest.raises(ValueError, match="cached_price"):
+            CompactionPolicy(max_input_tokens=10_000, cached_price=bad)
