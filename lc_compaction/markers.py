@@ -23,10 +23,14 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   It is recognized by its text alone too.
 - A pinned message (never removed, truncated or summarized) carries
   `additional_kwargs["lc_compaction"] = {"pinned": True}`; see `pin_message`.
-- Where exchanges were dropped, one `AIMessage` with the fixed text `DROPPED_TEXT` and
-  `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` whose whole
-  content is that text is recognized too (a history that went through a format without metadata). Where it goes
-  and when: `strategies/drop.py`.
+- Where exchanges were dropped, one `AIMessage` whose text starts with the fixed line `DROPPED_TEXT` (the
+  identifiers of what it stands for may follow, on the fact guard's lines) and
+  `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` without tool
+  calls whose content is that line, alone or followed by a newline, is recognized too (a history that went
+  through a format without metadata). Where it goes and when: `strategies/drop.py`.
+- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size, the start of
+  the original as a JSON string, then, after `NOTE_IDENTIFIERS`, the identifiers of the original that the start
+  does not hold, fenced and attributed to the tool. `read_truncation_note` reads it back.
 - Text that came from a tool result and is written into a summary (the fact guard's identifiers, the
   ledger's error results, what an LLM summary copied) sits inside `UNTRUSTED_DATA_FENCE`, after the name of
   its tool: `<untrusted_tool_data>read_inbox: ...</untrusted_tool_data>`. The summarizer's transcript wraps
@@ -38,8 +42,10 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -61,10 +67,19 @@ PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task
                    "size and start]")
 """First line of the running request's progress note (`progress.py`); one line per folded tool call follows."""
 
+NOTE_IDENTIFIERS = "; identifiers beyond that start: "
+"""Put in a truncation note before the fenced identifiers of the original that its start does not hold."""
+
+_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
+"""Where a truncation note's size and start are: the start is the JSON string after it, which the identifiers
+(`NOTE_IDENTIFIERS`) and a recall hint (offload on: `offload.recall_hint`) may follow."""
+
 DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
-"""The whole text of the marker left where exchanges were dropped. Fixed, so the marker is byte-identical on every
-call (the provider's prompt cache keeps what precedes and includes it); it says neither how many messages nor
-which, which would change it, and the cache after it, at each further drop."""
+"""The first line of the marker left where exchanges were dropped (what recognizes it). Fixed: the marker changes
+only when what it stands for does (a later drop next to it adds identifiers), so it is byte-identical from call
+to call (the provider's prompt cache keeps what precedes and includes it); it says neither how many messages nor
+which, which would change it, and the cache after it, at each further drop. The identifiers of the messages it
+stands for follow it on the fact guard's lines (`strategies/drop.py`)."""
 
 SHORTENED_MARKER = "\n[... cut by lc-compaction: {removed:,} characters removed to fit the context window ...]"
 """Marker appended where an oversized single message was cut in place."""
@@ -159,20 +174,75 @@ def is_shortened(message: BaseMessage) -> bool:
 
 def is_dropped_marker(message: BaseMessage) -> bool:
     """True for the marker left where exchanges were dropped (`make_dropped_marker`): an AIMessage with the mark, or
-    one whose whole content is `DROPPED_TEXT` and that makes no tool call."""
+    one that makes no tool call and whose content is `DROPPED_TEXT`, alone or followed by a newline (its
+    identifiers)."""
     if kind(message) != AI:
         return False
     if _mark(message, "response_metadata").get("kind") == "dropped":
         return True
-    return message.content == DROPPED_TEXT and not message.tool_calls  # type: ignore[attr-defined]
+    content = message.content
+    return (isinstance(content, str) and content.startswith(DROPPED_TEXT)
+            and content[len(DROPPED_TEXT):len(DROPPED_TEXT) + 1] in ("", "\n")
+            and not message.tool_calls)  # type: ignore[attr-defined]
 
 
-def make_dropped_marker(*, message_id: str | None = None) -> AIMessage:
-    """The marker left where exchanges were dropped: `AIMessage(DROPPED_TEXT)` marked
+def make_dropped_marker(*, message_id: str | None = None, facts: str = "") -> AIMessage:
+    """The marker left where exchanges were dropped: an `AIMessage` with the text `DROPPED_TEXT`, then, on the next
+    lines, `facts` (the fact guard's lines of what it stands for, `FactGuard.facts_line`; none when empty), marked
     `response_metadata["lc_compaction"] = {"kind": "dropped"}` (a field no chat model sends to its provider).
     `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
-    return AIMessage(content=DROPPED_TEXT, id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
+    return AIMessage(content=DROPPED_TEXT + (f"\n{facts}" if facts else ""),
+                     id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
                      response_metadata={MARK_KEY: {"kind": "dropped"}})
+
+
+def dropped_marker_facts(message: BaseMessage) -> str:
+    """The lines after `DROPPED_TEXT` in a drop marker (its identifiers, `make_dropped_marker`'s `facts`); "" when
+    it has none or is no marker."""
+    content = message.content
+    if not is_dropped_marker(message) or not isinstance(content, str) or not content.startswith(DROPPED_TEXT):
+        return ""
+    return content[len(DROPPED_TEXT):].lstrip("\n")
+
+
+@dataclass(frozen=True)
+class TruncationNote:
+    """A truncation note read back (`read_truncation_note`): the original's size in characters, the start of it
+    that the note shows, and the identifiers part: the text inside the note's fence, without the tool's name
+    ("" when the note lists none); `tool`: the name in that fence, else None."""
+
+    original_chars: int
+    start: str
+    identifiers: str = ""
+    tool: str | None = None
+
+
+def read_truncation_note(text: str) -> TruncationNote | None:
+    """The parts of a truncation note (`strategies/truncate.py`), or None when `text` is not one (or not in the
+    format it writes: a note of an older version without a start, ContextEditingMiddleware's placeholder)."""
+    if not text.startswith(TRUNCATION_PREFIX):
+        return None
+    found = _TRUNCATED_NOTE.search(text)
+    if not found:
+        return None
+    try:
+        start, at = json.JSONDecoder().raw_decode(text, found.end())
+    except ValueError:
+        return None
+    if not isinstance(start, str):
+        return None
+    size = int(found.group(1).replace(",", ""))
+    if not text.startswith(NOTE_IDENTIFIERS, at):
+        return TruncationNote(size, start)
+    rest = text[at + len(NOTE_IDENTIFIERS):]
+    spans = fenced_spans(rest)
+    if not spans or spans[0][0] != 0:
+        return TruncationNote(size, start)
+    piece = rest[:spans[0][1]]
+    open_, close = UNTRUSTED_DATA_FENCE
+    tool = fence_label(piece)
+    inner = piece[len(open_) + (len(tool) + 2 if tool else 0):]
+    return TruncationNote(size, start, inner[:-len(close)] if inner.endswith(close) else inner, tool)
 
 
 def is_pinned_mark(message: BaseMessage) -> bool:

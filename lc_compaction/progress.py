@@ -56,9 +56,9 @@ from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
     SHORTENED_MARKER,
-    TRUNCATION_PREFIX,
     fence,
     is_progress_text,
+    read_truncation_note,
 )
 from lc_compaction.offload import RECALL_TOOL_NAME
 from lc_compaction.structure import Step, split_exchanges
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from lc_compaction.strategies.facts import FactGuard
 
 __all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
-           "running_steps", "terse_note", "with_note", "without_note"]
+           "running_steps", "split_line", "terse_note", "with_note", "without_note"]
 
 PREVIEW_CHARS = 100
 """Characters of a result's start shown in its line of the note (whitespace collapsed): enough to recognize a
@@ -87,11 +87,6 @@ making the note as large as the result."""
 _CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
 """Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
 
-_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
-"""Where a truncation note's size and start are (`TruncateToolResults`): the start is the JSON string after it,
-which a recall hint may follow (offload on: `offload.recall_hint`)."""
-
-
 def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
     """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
     exchange has answered (its last assistant step does not end with a tool result) or has no step yet.
@@ -107,26 +102,21 @@ def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> lis
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
-def _result_facts(result: BaseMessage) -> tuple[int, str]:
-    """(size in characters, start of the text) of a tool result as it was before any cut: a truncation note (ours,
-    marked or recognized by its text) gives the original size and start it recorded; a result cut in place by the
-    last resort gives its original size and what is left of its text."""
+def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
+    """(size in characters, start of the text, identifiers listed) of a tool result as it was before any cut: a
+    truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the original
+    size and start it recorded, and the identifiers it lists (their fenced text, without the tool's name); a
+    result cut in place by the last resort gives its original size and what is left of its text."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
-    if text.startswith(TRUNCATION_PREFIX):
-        found = _TRUNCATED_NOTE.search(text)
-        if found:
-            try:
-                start, _ = json.JSONDecoder().raw_decode(text, found.end())
-                if isinstance(start, str):
-                    return int(found.group(1).replace(",", "")), start
-            except ValueError:
-                pass
+    note = read_truncation_note(text)
+    if note is not None:
+        return note.original_chars, note.start, note.identifiers
     cut = text.rfind(_CUT_LEAD)
     if cut >= 0:
         text = text[:cut].rstrip()
-    return (size if isinstance(size, int) else len(text)), text
+    return (size if isinstance(size, int) else len(text)), text, ""
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
@@ -150,11 +140,11 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     name = call.get("name") or "?"
     line = f"- {name}({text})"
-    full = ""
+    full = listed = ""
     if result is None:
         line += " -> no result"
     else:
-        size, start = _result_facts(result)
+        size, start, listed = _result_facts(result)
         full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
@@ -164,12 +154,19 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
             line += f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
     if guard is None:
         return line
-    from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
+    from lc_compaction.strategies.facts import FACTS_SEPARATOR, Identifier, contains
 
     seen = f"{known}\n{line}"
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     own = f"{said}\n{args_text}"
-    facts = [i for i in guard.extract(f"{own}\n{full}") if not contains(seen, i)]
+    # a truncated result's identifiers: those of the start it shows, then those its note lists (read back verbatim)
+    found = [*guard.extract(f"{own}\n{full}"), *(Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v)]
+    facts: list[Identifier] = []
+    values: set[str] = set()
+    for i in found:
+        if i.value.casefold() not in values and not contains(seen, i):
+            values.add(i.value.casefold())
+            facts.append(i)
     shown: list[str] = []
     for value in (i.value for i in facts):
         if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
@@ -183,7 +180,19 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     fenced = [v for v in shown if v in from_tool]
     listed = plain + ([fence(FACTS_SEPARATOR.join(fenced), name)] if fenced else [])
     more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
-    return line + f" | facts: {FACTS_SEPARATOR.join(listed)}{more}"
+    return line + f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(listed)}{more}"
+
+
+_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?=(?:, error)?: )")
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """A line of the note (`call_line`, or its terse form) cut in two: the call and its result's start, without the
+    result's size (a count of characters, not an identifier), and what follows `| facts: ` (the identifiers it
+    lists, "" when none)."""
+    at = line.rfind(_FACTS_LEAD)
+    head, facts = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+    return _RESULT_SIZE.sub(" ->", head, count=1), facts
 
 
 def _note_text(content: Any) -> str | None:
@@ -245,11 +254,24 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
 def terse_note(message: AIMessage) -> AIMessage:
     """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
     size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
-    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual."""
+    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual.
+    (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
     lines = note_lines(message)
     if not lines:
         return message
-    return with_note(message, [line.split(" -> ", 1)[0] if line.startswith("- ") else line for line in lines])
+    return with_note(message, [line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] if line.startswith("- ") else line
+                               for line in lines])
+
+
+def _terse_line(line: str) -> str:
+    """A note line without its result's size and start: the call, then its `| facts: ...` when it has them."""
+    head = line.split(" -> ", 1)[0]
+    facts = line.rfind(_FACTS_LEAD)
+    return head + (line[facts:] if facts > len(head) else "")
+
+
+_FACTS_LEAD = " | facts: "
+"""Where a line's identifiers start (`call_line`): they end the line."""
 
 
 # ------------------------------------------------------------------------------------------------ folding
@@ -388,3 +410,44 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
     chosen = fits_budget or widest
     if over_budget and chosen is not None:
         _commit(state, chosen, strategy)
+    if state.over_budget():
+        _fit_note(state, strategy)
+
+
+def _fit_note(state: LadderState, strategy: str) -> None:
+    """With every step that may go folded and the history still over the budget: the note's oldest lines lose
+    their result's size and start (`_terse_line`: the call and its identifiers stay), as few as make the history
+    fit the budget, all of them when none does. Before the last resort, which would cut the newest result first
+    and then make the whole note terse, identifiers and all (`terse_note`)."""
+    loop = running_steps(state.messages, state.steps())
+    host = next((i for s in loop for i in s.indices if note_lines(state.messages[i])), None)
+    if host is None or state.slots[host].pinned:
+        return
+    message = state.messages[host]
+    lines = note_lines(message)
+    full = [k for k, line in enumerate(lines) if line.startswith("- ") and _terse_line(line) != line]
+    if not full:
+        return
+    count = state.counter.count_message
+    rest = state.total() - state.slots[host].tokens
+
+    def tightened(j: int) -> tuple[BaseMessage, int]:
+        terse = set(full[:j])
+        new = with_note(message, [_terse_line(line) if k in terse else line  # type: ignore[arg-type]
+                                  for k, line in enumerate(lines)])
+        return new, count(new)
+
+    lo, hi = 1, len(full)  # the fewest lines made terse that fit (monotone in j: binary search, O(log n) counts)
+    best = tightened(hi)
+    if not state.over_budget(rest + best[1]):
+        while lo < hi:
+            mid = (lo + hi) // 2
+            attempt = tightened(mid)
+            if state.over_budget(rest + attempt[1]):
+                lo = mid + 1
+            else:
+                hi, best = mid, attempt
+    if best[1] < state.slots[host].tokens:
+        state.replace(host, best[0], strategy=strategy, kind="shortened", tokens=best[1],
+                      detail="progress note: its oldest lines without their result's size and start, identifiers "
+                             "kept, to fit the budget")

@@ -48,7 +48,8 @@ def _check_placement(messages: list[BaseMessage]) -> None:
     HumanMessage or an AIMessage without tool calls, never next to another marker."""
     for i in _markers(messages):
         m = messages[i]
-        assert isinstance(m, AIMessage) and m.content == DROPPED_TEXT and not m.tool_calls
+        assert isinstance(m, AIMessage) and not m.tool_calls
+        assert isinstance(m.content, str) and m.content.split("\n", 1)[0] == DROPPED_TEXT
         assert 0 < i < len(messages) - 1, f"marker at {i} of {len(messages)}"
         assert not isinstance(messages[i - 1], SystemMessage) and not is_dropped_marker(messages[i - 1])
         after = messages[i + 1]
