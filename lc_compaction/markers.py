@@ -178,6 +178,8 @@ def is_dropped_marker(message: BaseMessage) -> bool:
     identifiers)."""
     if kind(message) != AI:
         return False
+    if _mark(message, "additional_kwargs").get("kind") == "dropped":  # kept when the last resort cuts it
+        return True
     if _mark(message, "response_metadata").get("kind") == "dropped":
         return True
     content = message.content
@@ -189,20 +191,38 @@ def is_dropped_marker(message: BaseMessage) -> bool:
 def make_dropped_marker(*, message_id: str | None = None, facts: str = "") -> AIMessage:
     """The marker left where exchanges were dropped: an `AIMessage` with the text `DROPPED_TEXT`, then, on the next
     lines, `facts` (the fact guard's lines of what it stands for, `FactGuard.facts_line`; none when empty), marked
-    `response_metadata["lc_compaction"] = {"kind": "dropped"}` (a field no chat model sends to its provider).
-    `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
+    `{"kind": "dropped"}` under "lc_compaction" in `response_metadata` and in `additional_kwargs` (fields no chat
+    model integration sends to its provider; the second stays when the last resort cuts the marker and marks it
+    "shortened"). `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
     return AIMessage(content=DROPPED_TEXT + (f"\n{facts}" if facts else ""),
                      id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
+                     additional_kwargs={MARK_KEY: {"kind": "dropped"}},
                      response_metadata={MARK_KEY: {"kind": "dropped"}})
+
+
+_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
+"""Where the last resort's cut marker starts in a cut text ("[... cut by lc-compaction")."""
+
+
+def before_cut(text: str) -> str:
+    """`text` without the last resort's cut marker and what follows it (`SHORTENED_MARKER`): what is left of the
+    original; `text` itself when it was not cut."""
+    cut = text.rfind(_CUT_LEAD)
+    return text[:cut].rstrip() if cut >= 0 else text
 
 
 def dropped_marker_facts(message: BaseMessage) -> str:
     """The lines after `DROPPED_TEXT` in a drop marker (its identifiers, `make_dropped_marker`'s `facts`); "" when
-    it has none or is no marker."""
+    it has none or is no marker. Of a marker the last resort cut, the whole lines before the cut."""
     content = message.content
     if not is_dropped_marker(message) or not isinstance(content, str) or not content.startswith(DROPPED_TEXT):
         return ""
-    return content[len(DROPPED_TEXT):].lstrip("\n")
+    facts = content[len(DROPPED_TEXT):]
+    cut = facts.find(_CUT_LEAD)
+    if cut >= 0:  # the last line before the cut is partial: an identifier in it may be cut too
+        whole = facts[:cut].rstrip("\n")
+        facts = whole.rsplit("\n", 1)[0] if "\n" in whole[1:] else ""
+    return facts.lstrip("\n")
 
 
 @dataclass(frozen=True)

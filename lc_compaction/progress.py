@@ -55,8 +55,11 @@ from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
-    SHORTENED_MARKER,
+    UNTRUSTED_DATA_FENCE,
+    before_cut,
     fence,
+    fence_label,
+    fenced_spans,
     is_progress_text,
     read_truncation_note,
 )
@@ -84,9 +87,6 @@ the longest list the 40 tau-bench airline conversations of the shared traces nee
 with the summarizer alone, was 144 characters; the bound keeps an identifier-dense result (a table of codes) from
 making the note as large as the result."""
 
-_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
-"""Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
-
 def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
     """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
     exchange has answered (its last assistant step does not end with a tool result) or has no step yet.
@@ -113,45 +113,48 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
     note = read_truncation_note(text)
     if note is not None:
         return note.original_chars, note.start, note.identifiers
-    cut = text.rfind(_CUT_LEAD)
-    if cut >= 0:
-        text = text[:cut].rstrip()
+    text = before_cut(text)
     return (size if isinstance(size, int) else len(text)), text, ""
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"</...>[ |
-    facts: A; <untrusted_tool_data>name: B; C</...>]`. What came from the result is tool data, so it sits inside
+    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"[ | facts:
+    B; C]</...>[ | facts: A]`. What came from the result is tool data, so it sits inside
     `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
     assistant's voice, and a tool's text must not read as the assistant's own words.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
-    the ToolMessage that answered it (None: "no result"). With a `guard` (the summarizer's fact guard, when the
-    summarizer folds), the line also lists the identifiers (ids, codes, numbers, dates, amounts, e-mails, URLs,
-    paths) of the arguments, the result and `said` (the text of the assistant message that made the call) that
-    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them. With
-    `recall` (the result's store key, offload on: `LadderState.recall_key`), the line also names the call that
-    reads the whole result back: `| recall_tool_result(tool_call_id="...")`."""
+    the ToolMessage that answered it (None: "no result"). With a `guard` (the fact guard of the strategy that folds:
+    the summarizer's, `DropOldExchanges`'), the line also lists the identifiers (ids, codes, numbers, dates,
+    amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
+    and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
+    note's earlier lines) holds, at most `FACTS_CHARS` characters of them: those only the result holds inside the
+    result's fence (one fence for the start and its identifiers: the fence strings cost tokens), the others
+    after it; " (+n more)" ends a line that could not list them all. With `recall` (the result's store key, offload
+    on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
+    `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     if len(text) > ARGS_CHARS:
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     name = call.get("name") or "?"
-    line = f"- {name}({text})"
-    full = listed = ""
+    head = f"- {name}({text})"
+    full = listed = start_json = tail = ""
     if result is None:
-        line += " -> no result"
+        head += " -> no result"
     else:
         size, start, listed = _result_facts(result)
         full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
         error = ", error" if getattr(result, "status", None) == "error" else ""
-        line += f" -> {size:,} characters{error}: {fence(json.dumps(preview + more, ensure_ascii=False), name)}"
+        head += f" -> {size:,} characters{error}: "
+        start_json = json.dumps(preview + more, ensure_ascii=False)
         if recall is not None:
-            line += f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
+            tail = f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
+    line = head + (fence(start_json, name) if result is not None else "") + tail
     if guard is None:
         return line
     from lc_compaction.strategies.facts import FACTS_SEPARATOR, Identifier, contains
@@ -174,25 +177,54 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         shown.append(value)
     if not facts:
         return line
-    # the identifiers only the result holds are tool data: fenced, after the tool's name (markers.fence)
-    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i)}
+    # the identifiers only the result holds are tool data: in the result's fence, after its start
+    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i) and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
-    listed = plain + ([fence(FACTS_SEPARATOR.join(fenced), name)] if fenced else [])
     more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
-    return line + f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(listed)}{more}"
+    if result is not None:
+        line = head + fence(start_json + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
+                            name) + tail
+    return line + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
 
 
-_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?=(?:, error)?: )")
+_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
+_MORE = re.compile(r" \(\+\d+ more\)$")
 
 
 def split_line(line: str) -> tuple[str, str]:
-    """A line of the note (`call_line`, or its terse form) cut in two: the call and its result's start, without the
-    result's size (a count of characters, not an identifier), and what follows `| facts: ` (the identifiers it
-    lists, "" when none)."""
-    at = line.rfind(_FACTS_LEAD)
-    head, facts = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
-    return _RESULT_SIZE.sub(" ->", head, count=1), facts
+    """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
+    start, without the result's size (a count of characters, not an identifier), and the identifiers it lists,
+    written as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</untrusted_tool_data>[ (+n
+    more)]` (plain ones, then the result's, fenced; "" when none)."""
+    more = _MORE.search(line)
+    if more:
+        line, more_text = line[:more.start()], more.group(0)
+    else:
+        more_text = ""
+    found = _RESULT_SIZE.search(line)
+    if found is None:  # terse, or no result: the identifiers, if any, end the line
+        at = line.find(_FACTS_LEAD)
+        head, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+        return head, listed + (more_text if listed else "")
+    open_, close = UNTRUSTED_DATA_FENCE
+    rest = line[found.end():]
+    spans = fenced_spans(rest)
+    end = spans[0][1] if spans and spans[0][0] == 0 else 0
+    piece, after = rest[:end], rest[end:]
+    label = fence_label(piece) or ""
+    inner = piece[len(open_) + len(label) + 2:] if label else ""
+    inner = inner[:-len(close)] if inner.endswith(close) else inner
+    try:
+        _, k = json.JSONDecoder().raw_decode(inner)
+    except ValueError:
+        k = len(inner)
+    from_tool = inner[k + len(_FACTS_LEAD):] if inner.startswith(_FACTS_LEAD, k) else ""
+    at = after.find(_FACTS_LEAD)
+    after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
+    call = line[:found.start()] + " -> " + (fence(inner[:k], label) if label else piece) + after
+    listed = "; ".join(x for x in (plain, fence(from_tool, label) if from_tool else "") if x)
+    return call, listed + (more_text if listed else "")
 
 
 def _note_text(content: Any) -> str | None:
@@ -264,10 +296,10 @@ def terse_note(message: AIMessage) -> AIMessage:
 
 
 def _terse_line(line: str) -> str:
-    """A note line without its result's size and start: the call, then its `| facts: ...` when it has them."""
-    head = line.split(" -> ", 1)[0]
-    facts = line.rfind(_FACTS_LEAD)
-    return head + (line[facts:] if facts > len(head) else "")
+    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers when it
+    has them (`split_line`)."""
+    _, listed = split_line(line)
+    return line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] + (f"{_FACTS_LEAD}{listed}" if listed else "")
 
 
 _FACTS_LEAD = " | facts: "
@@ -417,8 +449,9 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
 def _fit_note(state: LadderState, strategy: str) -> None:
     """With every step that may go folded and the history still over the budget: the note's oldest lines lose
     their result's size and start (`_terse_line`: the call and its identifiers stay), as few as make the history
-    fit the budget, all of them when none does. Before the last resort, which would cut the newest result first
-    and then make the whole note terse, identifiers and all (`terse_note`)."""
+    fit the budget, all of them when none does. Only then does a note change its earlier lines (the history
+    cannot be sent as it is: the last resort would cut the newest result, then make the whole note terse,
+    identifiers and all, `terse_note`); a note whose lines are already terse stays as it is."""
     loop = running_steps(state.messages, state.steps())
     host = next((i for s in loop for i in s.indices if note_lines(state.messages[i])), None)
     if host is None or state.slots[host].pinned:

@@ -461,8 +461,9 @@ def test_strategies_run_once_per_compaction_not_on_every_read() -> None:
     the strategies (a read that recompacted the full inner history would, on every turn)."""
     summary = RecordingSummary()
     # truncation first: the running request's tool loop (most of these 20 calls) is never summarized, only its
-    # results truncated (issue 12), so without it the view cannot get under the trigger
-    policy = CompactionPolicy(max_input_tokens=4_000, strategies=(TruncateToolResults(), summary))
+    # results truncated (issue 12), so without it the view cannot get under the trigger; at 5,000 tokens (not
+    # 4,000) the notes, which carry each result's identifiers, fit under it
+    policy = CompactionPolicy(max_input_tokens=5_000, strategies=(TruncateToolResults(), summary))
     history = CompactingChatMessageHistory(memory_history(), policy)
     _, calls = conversation(TAU)
     for inputs, output in calls[:20]:

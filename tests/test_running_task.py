@@ -21,7 +21,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction import CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults, compact
 from lc_compaction.markers import PROGRESS_PREFIX
-from lc_compaction.progress import note_lines, terse_note, with_note, without_note
+from lc_compaction.markers import outside_fences
+from lc_compaction.progress import note_lines, split_line, terse_note, with_note, without_note
+from lc_compaction.strategies.facts import parse_listed
 from lc_compaction.structure import check_invariants
 from tests.oracle.checks import check, check_all_structural, missing_running_calls, running_calls, CheckContext
 from tests.oracle.generators import histories
@@ -181,9 +183,11 @@ def test_drop_alone_and_the_summarizer_fold_and_never_remove_the_loop():
         if len(strategies) == 1 and isinstance(strategies[0], Summarize):
             # the summarizer's fact guard: the identifiers of what it folded stay in the note, fenced as the
             # lookup tool's data (they came from its result)
-            text = "\n".join(notes(result.messages)[0])
-            listed = r"\| facts: (?:[^\n]*; )?<untrusted_tool_data>lookup: (?:[^\n<]*; )?ORD-1000\b"
-            assert re.search(listed, text), text
+            lines = notes(result.messages)[0]
+            listed = [i for line in lines for i in parse_listed(split_line(line)[1])]
+            assert ("ORD-1000", "lookup") in {(i.value, i.source) for i in listed}, lines
+            first = next(line for line in lines if "ORD-1000" in line)
+            assert "ORD-1000" not in outside_fences(first)  # inside the lookup result's fence
 
 
 def test_a_finished_exchange_is_still_dropped():
@@ -232,10 +236,19 @@ def test_no_call_of_the_running_request_leaves_the_input(history, window, keep, 
     assert len(notes(out)) <= 1
 
 
+def _note_rewritten(result) -> bool:
+    """Whether the note had to change to fit the budget: the last resort cut it (`_note_cut`), or, with every step
+    folded and the history still over the budget, its lines lost their results' size and start
+    (`progress._fit_note`, a "shortened" action on the assistant message that holds it)."""
+    hosts = {m.id for m in result.messages if note_lines(m)}
+    return _note_cut(result) or any(a.kind == "shortened" and set(a.message_ids) & hosts for a in result.actions)
+
+
 @FAST
 @given(history=running_histories, window=st.integers(1_500, 12_000), ladder=LADDERS)
 def test_the_note_grows_by_appending_along_the_loop(history, window, ladder):
-    """Fed back call after call as an agent loop does, the note's earlier lines stay byte for byte."""
+    """Fed back call after call as an agent loop does, the note's earlier lines stay byte for byte (until the
+    window cannot hold them: `_note_rewritten`)."""
     policy = CompactionPolicy(max_input_tokens=window, token_counter="approximate", strategies=_ladder(ladder))
     request = max(i for i, m in enumerate(history) if isinstance(m, HumanMessage))
     cuts = [i + 1 for i in range(request + 1, len(history))
@@ -248,7 +261,7 @@ def test_the_note_grows_by_appending_along_the_loop(history, window, ladder):
         done = cut
         result = compact(state, policy)
         state = list(result.messages)
-        if _note_cut(result):
+        if _note_rewritten(result):
             return
         found = notes(state)
         lines = found[0] if found else []
@@ -294,7 +307,8 @@ def test_a_line_fences_the_result_reads_an_offloaded_truncation_note_and_names_t
     late = ToolMessage(body + " Reply to boss@example.org about ORD-9999.", tool_call_id="c1", id="t1")
     guarded = call_line({"name": "read_inbox", "args": {"n": 1}, "id": "c1"}, late, guard=FactGuard(),
                         said="Looking up ORD-9999 for you.")
-    facts = guarded.split(" | facts: ", 1)[1]
-    assert "boss@example.org" in facts and "boss@example.org" not in outside_fences(facts)  # the result's only
-    assert "ORD-9999" in outside_fences(facts)  # the assistant said it too: not tool data
+    listed = {i.value: i.source for i in parse_listed(split_line(guarded)[1])}
+    assert listed["boss@example.org"] == "read_inbox"  # the result's only: tool data, attributed
+    assert "boss@example.org" in guarded and "boss@example.org" not in outside_fences(guarded)
+    assert listed["ORD-9999"] is None and "ORD-9999" in outside_fences(guarded)  # the assistant said it too
     assert call_line(call, result) == call_line(call, result)  # byte-stable

@@ -31,7 +31,15 @@ from langchain_core.messages import ToolMessage
 from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
-from lc_compaction.markers import MARK_KEY, NOTE_IDENTIFIERS, TRUNCATION_PREFIX, fence, is_shortened, is_truncated
+from lc_compaction.markers import (
+    MARK_KEY,
+    NOTE_IDENTIFIERS,
+    TRUNCATION_PREFIX,
+    before_cut,
+    fence,
+    is_shortened,
+    is_truncated,
+)
 from lc_compaction.offload import recall_hint
 from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, tool_names, tool_of
 
@@ -85,8 +93,9 @@ class TruncateToolResults(SyncStrategy):
              tool: str | None = None) -> str:
         """The one-line note that replaces `message.content` (`text`: its `content_text`, when known; `tool`: the
         name of the tool that returned it, default `message.name`); with `recall` (the original's store key,
-        offload on), it ends with how to get the original back (`lc_compaction.offload.recall_hint`). It depends
-        only on these: the same result gives the same note."""
+        offload on), it ends with how to get the original back (`lc_compaction.offload.recall_hint`) and lists no
+        identifiers (the recall gives them back, verbatim and with their context). It depends only on these: the
+        same result gives the same note."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
@@ -96,7 +105,7 @@ class TruncateToolResults(SyncStrategy):
         hint = f". {recall_hint(recall)}" if recall is not None else ""
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters; "
                 f"it started with: {json.dumps(preview + more, ensure_ascii=False)}"
-                f"{self._identifiers(text, preview, tool)}{hint}]")
+                f"{self._identifiers(text, preview, tool) if recall is None else ''}{hint}]")
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
@@ -104,7 +113,7 @@ class TruncateToolResults(SyncStrategy):
         them (then "(+n more)"); "" when there are none or the guard is off."""
         if self._guard is None or not self.max_identifier_chars:
             return ""
-        found = [i.value for i in self._guard.extract(text) if not contains(preview, i)]
+        found = [i.value for i in self._guard.extract(before_cut(text)) if not contains(preview, i)]
         shown: list[str] = []
         size = 0
         for value in found:
