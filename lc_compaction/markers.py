@@ -229,12 +229,11 @@ def dropped_marker_facts(message: BaseMessage) -> str:
 class TruncationNote:
     """A truncation note read back (`read_truncation_note`): the original's size in characters, the start of it
     that the note shows, and the identifiers part: the text inside the note's fence, without the tool's name
-    ("" when the note lists none); `tool`: the name in that fence, else None."""
+    ("" when the note lists none)."""
 
     original_chars: int
     start: str
     identifiers: str = ""
-    tool: str | None = None
 
 
 def read_truncation_note(text: str) -> TruncationNote | None:
@@ -258,11 +257,7 @@ def read_truncation_note(text: str) -> TruncationNote | None:
     spans = fenced_spans(rest)
     if not spans or spans[0][0] != 0:
         return TruncationNote(size, start)
-    piece = rest[:spans[0][1]]
-    open_, close = UNTRUSTED_DATA_FENCE
-    tool = fence_label(piece)
-    inner = piece[len(open_) + (len(tool) + 2 if tool else 0):]
-    return TruncationNote(size, start, inner[:-len(close)] if inner.endswith(close) else inner, tool)
+    return TruncationNote(size, start, unfence(rest[:spans[0][1]])[1])
 
 
 def is_pinned_mark(message: BaseMessage) -> bool:
@@ -371,6 +366,15 @@ def split_fenced(text: str, at: int) -> tuple[str, str]:
         label = fence_label(text[start:end])
         return text[:at] + close, open_ + (f"{label}: " if label else "") + text[at:]
     return text[:at], text[at:]
+
+
+def unfence(piece: str) -> tuple[str | None, str]:
+    """(the tool named, the text) of one fenced piece (`fence`'s output, or a piece cut from `fenced_spans`): the
+    text between the fence strings, after the tool's name and ": "; an unclosed piece runs to its end."""
+    open_, close = UNTRUSTED_DATA_FENCE
+    tool = fence_label(piece)
+    inner = piece[len(open_) + (len(tool) + 2 if tool else 0):] if piece.startswith(open_) else piece
+    return tool, inner[:-len(close)] if inner.endswith(close) else inner
 
 
 def fenced_lines(text: str) -> list[str]:

@@ -20,8 +20,13 @@ and `Summarize` call `keep_progress` after their own work):
    `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
    (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
    removed silently.
-   When the summarizer folds, its fact guard adds the identifiers of what it folds (`| facts: ...`), as it does
-   to a summary. With offload on, a line whose result is kept in the store names the call that reads it back.
+   The strategy that folds (`DropOldExchanges`, `Summarize`) passes its fact guard, which adds to each line the
+   identifiers of what it folds that the line does not show (`| facts: ...`; a truncated result's are those its
+   note listed), as it does to a summary. With offload on, a line whose result is kept in the store names the
+   call that reads it back.
+5. When even every step that may go folded leaves the history over the budget, the note's oldest lines lose their
+   result's size and start and keep the call and its identifiers, as few as make it fit (`_fit_note`): before the
+   last resort, which would cut the newest result and then make the whole note terse.
 
 Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
 (the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
@@ -35,7 +40,8 @@ thinking blocks first, so the note goes after them; the thinking blocks themselv
 
 The note is byte-stable: its text is `markers.PROGRESS_PREFIX` and one line per call, in the order the calls were
 made, built only from the calls and their results (no counters, times or unordered sets). A later call that folds
-more takes the earlier note's lines as they are and appends the new ones (the note moves to the new first
+more takes the earlier note's lines as they are (unless rule 5 or the last resort must shorten them: the history
+cannot be sent as it is) and appends the new ones (the note moves to the new first
 remaining assistant message, and the one it leaves gets its own content back). The note is recognized by its text
 alone, so this also works on a history stored as plain role/content JSON. It counts in the budget like any text.
 """
@@ -55,13 +61,12 @@ from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
-    UNTRUSTED_DATA_FENCE,
     before_cut,
     fence,
-    fence_label,
     fenced_spans,
     is_progress_text,
     read_truncation_note,
+    unfence,
 )
 from lc_compaction.offload import RECALL_TOOL_NAME
 from lc_compaction.structure import Step, split_exchanges
@@ -82,10 +87,11 @@ ARGS_CHARS = 300
 their full size (a `write_file` content, say)."""
 
 FACTS_CHARS = 300
-"""Characters of identifiers a line lists at most (`call_line`, only when the summarizer folds with its fact guard):
+"""Characters of identifiers a line lists at most (`call_line`, when the strategy that folds passes its fact guard):
 the longest list the 40 tau-bench airline conversations of the shared traces needed, replayed at 8,000 tokens
-with the summarizer alone, was 144 characters; the bound keeps an identifier-dense result (a table of codes) from
-making the note as large as the result."""
+with the summarizer alone, was 144 characters, and with the default ladder at 4,000 tokens 243; the bound keeps an
+identifier-dense result (a table of codes: AgentDojo's file listings and inboxes need up to 2,617) from making the
+note as large as the result."""
 
 def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
     """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
@@ -189,42 +195,70 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
 
 
 _RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
+_ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
 _MORE = re.compile(r" \(\+\d+ more\)$")
 
 
-def split_line(line: str) -> tuple[str, str]:
-    """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
-    start, without the result's size (a count of characters, not an identifier), and the identifiers it lists,
-    written as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</untrusted_tool_data>[ (+n
-    more)]` (plain ones, then the result's, fenced; "" when none)."""
+@dataclass(frozen=True)
+class _Line:
+    """The parts of a note line (`_parse`): the call (`- name(arguments)`, a cut's size left out), the result's
+    part without its size (`-> <fence>name: "start"</fence>[ | recall...]`, "" for a terse line), the tool named in
+    the result's fence, the result's start (decoded), the identifiers listed after the fence (plain) and inside it
+    (the result's), and " (+n more)" when it ends the line."""
+
+    call: str
+    result: str = ""
+    tool: str | None = None
+    start: str = ""
+    plain: str = ""
+    from_tool: str = ""
+    more: str = ""
+
+    def listed(self) -> str:
+        """The identifiers as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</...>[ (+n
+        more)]`; "" when none."""
+        from lc_compaction.strategies.facts import FACTS_SEPARATOR
+
+        parts = (self.plain, fence(self.from_tool, self.tool) if self.from_tool else "")
+        listed = FACTS_SEPARATOR.join(x for x in parts if x)
+        return listed + (self.more if listed else "")
+
+
+def _parse(line: str) -> _Line:
+    line = _ARGS_SIZE.sub("...)", line, count=1)
     more = _MORE.search(line)
-    if more:
-        line, more_text = line[:more.start()], more.group(0)
-    else:
-        more_text = ""
+    more_text = more.group(0) if more else ""
+    line = line[:more.start()] if more else line
     found = _RESULT_SIZE.search(line)
     if found is None:  # terse, or no result: the identifiers, if any, end the line
         at = line.find(_FACTS_LEAD)
-        head, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
-        return head, listed + (more_text if listed else "")
-    open_, close = UNTRUSTED_DATA_FENCE
+        call, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+        # a terse line lists them as `_Line.listed` writes them: its plain part may hold the fenced ones
+        return _Line(call, plain=listed, more=more_text)
     rest = line[found.end():]
     spans = fenced_spans(rest)
     end = spans[0][1] if spans and spans[0][0] == 0 else 0
     piece, after = rest[:end], rest[end:]
-    label = fence_label(piece) or ""
-    inner = piece[len(open_) + len(label) + 2:] if label else ""
-    inner = inner[:-len(close)] if inner.endswith(close) else inner
+    label, inner = unfence(piece) if piece else (None, "")
     try:
-        _, k = json.JSONDecoder().raw_decode(inner)
+        start, k = json.JSONDecoder().raw_decode(inner)
     except ValueError:
-        k = len(inner)
+        start, k = "", len(inner)
     from_tool = inner[k + len(_FACTS_LEAD):] if inner.startswith(_FACTS_LEAD, k) else ""
     at = after.find(_FACTS_LEAD)
     after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
-    call = line[:found.start()] + " -> " + (fence(inner[:k], label) if label else piece) + after
-    listed = "; ".join(x for x in (plain, fence(from_tool, label) if from_tool else "") if x)
-    return call, listed + (more_text if listed else "")
+    result = " -> " + (fence(inner[:k], label) if label else piece) + after
+    return _Line(line[:found.start()], result, label, start if isinstance(start, str) else "", plain, from_tool,
+                 more_text)
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
+    start, without the sizes of the result and of cut arguments (counts of characters, not identifiers), and the
+    identifiers it lists, written as the terse form writes them: `A; B; <untrusted_tool_data>name: C;
+    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none)."""
+    parts = _parse(line)
+    return parts.call + parts.result, parts.listed()
 
 
 def _note_text(content: Any) -> str | None:
@@ -295,11 +329,20 @@ def terse_note(message: AIMessage) -> AIMessage:
                                for line in lines])
 
 
-def _terse_line(line: str) -> str:
-    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers when it
-    has them (`split_line`)."""
-    _, listed = split_line(line)
-    return line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] + (f"{_FACTS_LEAD}{listed}" if listed else "")
+def _terse_line(line: str, guard: FactGuard) -> str:
+    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers, those the
+    start held (found by `guard`) among the result's, when it has any."""
+    parts = _parse(line)
+    if parts.start:
+        from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
+
+        listed = parts.listed()
+        more = [i.value for i in guard.extract(parts.start) if not contains(f"{parts.call}\n{listed}", i)]
+        if more:
+            from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
+            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more)
+    listed = parts.listed()
+    return parts.call + (f"{_FACTS_LEAD}{listed}" if listed else "")
 
 
 _FACTS_LEAD = " | facts: "
@@ -414,7 +457,8 @@ def _commit(state: LadderState, plan: _Fold, strategy: str) -> None:
 def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None = None) -> None:
     """Fold the oldest steps of the running request's loop into its progress note when, and only as far as, the
     rule of the module docstring says: only in the second pass, only while over the limit. `strategy` names who
-    folds (the action's strategy); `guard`: the summarizer's fact guard (see `call_line`)."""
+    folds (the action's strategy); `guard`: the fact guard of the strategy that folds (see `call_line`; with it,
+    rule 5 too)."""
     if state.pass_name == "soft" or not state.over_limit():
         return
     loop = running_steps(state.messages, state.steps())
@@ -442,23 +486,23 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
     chosen = fits_budget or widest
     if over_budget and chosen is not None:
         _commit(state, chosen, strategy)
-    if state.over_budget():
-        _fit_note(state, strategy)
+    if guard is not None and state.over_budget():
+        _fit_note(state, strategy, guard)
 
 
-def _fit_note(state: LadderState, strategy: str) -> None:
+def _fit_note(state: LadderState, strategy: str, guard: FactGuard) -> None:
     """With every step that may go folded and the history still over the budget: the note's oldest lines lose
-    their result's size and start (`_terse_line`: the call and its identifiers stay), as few as make the history
-    fit the budget, all of them when none does. Only then does a note change its earlier lines (the history
-    cannot be sent as it is: the last resort would cut the newest result, then make the whole note terse,
-    identifiers and all, `terse_note`); a note whose lines are already terse stays as it is."""
+    their result's size and start (`_terse_line`: the call and its identifiers, those of the start too, stay), as
+    few as make the history fit the budget, all of them when none does. Only then does a note change its earlier
+    lines (the history cannot be sent as it is: the last resort would cut the newest result, then make the whole
+    note terse, identifiers and all, `terse_note`); a note whose lines are already terse stays as it is."""
     loop = running_steps(state.messages, state.steps())
     host = next((i for s in loop for i in s.indices if note_lines(state.messages[i])), None)
     if host is None or state.slots[host].pinned:
         return
     message = state.messages[host]
     lines = note_lines(message)
-    full = [k for k, line in enumerate(lines) if line.startswith("- ") and _terse_line(line) != line]
+    full = [k for k, line in enumerate(lines) if line.startswith("- ") and _terse_line(line, guard) != line]
     if not full:
         return
     count = state.counter.count_message
@@ -466,7 +510,7 @@ def _fit_note(state: LadderState, strategy: str) -> None:
 
     def tightened(j: int) -> tuple[BaseMessage, int]:
         terse = set(full[:j])
-        new = with_note(message, [_terse_line(line) if k in terse else line  # type: ignore[arg-type]
+        new = with_note(message, [_terse_line(line, guard) if k in terse else line  # type: ignore[arg-type]
                                   for k, line in enumerate(lines)])
         return new, count(new)
 

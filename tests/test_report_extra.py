@@ -213,8 +213,11 @@ def _present(text: str, value: str) -> bool:
     return re.search(r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])", text, re.IGNORECASE) is not None
 
 
-@pytest.mark.parametrize("strategies", [None, [TruncateToolResults(fact_guard=False), DropOldExchanges(fact_guard=False)],
-                                        [Summarize()]], ids=["truncate+drop", "without-the-guard", "summarize"])
+WITHOUT_THE_GUARD = [TruncateToolResults(fact_guard=False), DropOldExchanges(fact_guard=False)]
+
+
+@pytest.mark.parametrize("strategies", [None, WITHOUT_THE_GUARD, [Summarize()]],
+                         ids=["truncate+drop", "without-the-guard", "summarize"])
 def test_identifiers_table_lists_what_left_and_says_truthfully_whether_it_is_still_there(strategies):
     before, _, result = _compacted(strategies)
     df = identifiers_table(before, result)

@@ -10,8 +10,6 @@ the rule. Checked on the issue's example, on hand-made histories, and as propert
 
 from __future__ import annotations
 
-import re
-
 import json
 
 import pytest

@@ -21,6 +21,12 @@ and the line says how many older ones were left out. A later pass reads the line
 their attribution, so an identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is
 carried from summary to summary.
 
+The default ladder writes identifiers too, and the guard reads them back the same way (`extract_messages`): a
+truncation note's list (`extract_result`, `strategies/truncate.py`), a drop marker's lines (the guard's own,
+bounded in characters: `strategies/drop.py`) and a progress note's per-line lists (`parse_listed`,
+`progress.split_line`), each tool-derived one attributed to the tool of its fence; never the counts those notes
+write (a result's size in characters).
+
 Extraction works on spans: patterns run in the order of `DEFAULT_PATTERNS` and a later pattern never matches
 inside a span an earlier one took (the number 2024 inside the date 2024-05-27 is not a separate identifier).
 Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not "in" `1234`).
@@ -49,6 +55,7 @@ from lc_compaction.markers import (
     outside_fences,
     read_truncation_note,
     summary_text,
+    unfence,
 )
 from lc_compaction.progress import note_lines, split_line, without_note
 from lc_compaction.structure import tool_calls_of, tool_pairs
@@ -208,12 +215,8 @@ def parse_facts(text: str) -> list[Identifier]:
             out.extend(Identifier(v, "carried") for v in _values(line[len(FACTS_PREFIX):]))
         elif line.startswith(TOOL_FACTS_PREFIX):
             body = line[len(TOOL_FACTS_PREFIX):]
-            close = UNTRUSTED_DATA_FENCE[1]
             for start, end in fenced_spans(body):
-                piece = body[start:end]
-                tool = fence_label(piece)
-                inner = piece[len(UNTRUSTED_DATA_FENCE[0]) + (len(tool) + 2 if tool else 0):]
-                inner = inner[:-len(close)] if inner.endswith(close) else inner
+                tool, inner = unfence(body[start:end])
                 out.extend(Identifier(v, "carried", tool or "tool") for v in _values(inner))
     return out
 
@@ -225,14 +228,10 @@ def parse_listed(body: str) -> list[Identifier]:
     body = re.sub(r" \(\+\d+ more\)$", "", body.rstrip())
     out: list[Identifier] = []
     at = 0
-    open_, close = UNTRUSTED_DATA_FENCE
     for start, end in [*fenced_spans(body), (len(body), len(body))]:
         out.extend(Identifier(v.strip(), "carried") for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
         if start < end:
-            piece = body[start:end]
-            tool = fence_label(piece)
-            inner = piece[len(open_) + (len(tool) + 2 if tool else 0):]
-            inner = inner[:-len(close)] if inner.endswith(close) else inner
+            tool, inner = unfence(body[start:end])
             out.extend(Identifier(v, "carried", tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
         at = end
     return out
