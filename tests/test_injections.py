@@ -18,6 +18,10 @@ Checked in every compacted context:
   the agent echoed it (it repeated the injection in its text or tool-call arguments): the summary is in the
   user's voice, and the agent repeating tool data does not make it the user's;
 - and, so that the check cannot pass by accident, markers do reach summaries or progress notes: inside the fence.
+
+The default ladder (truncation, then drop) is checked the same way on the same runs, each put between a greeting
+and a few more turns of the user so that its exchange can be dropped: its drop marker (an AIMessage that carries
+the identifiers of what it stands for) and its progress note hold the injected markers only inside the fence.
 """
 
 from __future__ import annotations

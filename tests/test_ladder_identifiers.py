@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import (
@@ -356,3 +358,13 @@ def test_generated_histories_keep_every_identifier_and_the_same_bytes(history, w
     text = sent_text(result.messages)
     for i in GUARD.extract_messages(history):
         assert held(text, i.value), (i, [a.to_dict() for a in result.actions])
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="max_identifier_chars"):
+        TruncateToolResults(max_identifier_chars=-1)
+    with pytest.raises(ValueError, match="max_marker_chars"):
+        DropOldExchanges(max_marker_chars=-1)
+    for strategy in (TruncateToolResults, DropOldExchanges):
+        with pytest.raises(ValueError, match="fact_guard: expected True, False or a FactGuard, got str"):
+            strategy(fact_guard="yes")

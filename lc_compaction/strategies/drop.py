@@ -48,7 +48,7 @@ from lc_compaction._kinds import AI, HUMAN, SYSTEM, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker
 from lc_compaction.progress import fold_steps, keep_progress
-from lc_compaction.strategies.facts import FactGuard, Identifier, trust
+from lc_compaction.strategies.facts import FactGuard, Identifier, fact_guard_of, trust
 from lc_compaction.structure import call_ids
 
 DEFAULT_MARKER_CHARS = 1_200
@@ -83,10 +83,7 @@ class DropOldExchanges(SyncStrategy):
     def __post_init__(self) -> None:
         if self.max_marker_chars < 0:
             raise ValueError(f"max_marker_chars: must be >= 0 characters, got {self.max_marker_chars}")
-        if not isinstance(self.fact_guard, (bool, FactGuard)):
-            raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(self.fact_guard).__name__}")
-        self._guard = (self.fact_guard if isinstance(self.fact_guard, FactGuard)
-                       else FactGuard() if self.fact_guard else None)
+        self._guard = fact_guard_of(self.fact_guard)
 
     def apply(self, state: LadderState) -> None:
         """Remove whole exchanges (or steps after a protected request), oldest first, until under the goal (the
@@ -109,8 +106,9 @@ class DropOldExchanges(SyncStrategy):
             k += 1
         if k:
             # the markers' identifiers cost more than the estimate: add groups while the real outcome is over
+            # and while a run's identifiers have no marker to go to (the next group may end the run where one fits)
             plan = leave_markers(state, [i for g in groups[:k] for i in g], self._marker_guard())
-            while k < len(groups) and self._over_goal_after(state, plan):
+            while k < len(groups) and (plan.fold or self._over_goal_after(state, plan)):
                 k += 1
                 plan = leave_markers(state, [i for g in groups[:k] for i in g], self._marker_guard())
             self._commit(state, plan, f"{k} exchange(s) or step(s)")
@@ -262,15 +260,16 @@ def leave_markers(state: LadderState, chosen: Sequence[int], guard: tuple[FactGu
 def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[FactGuard, int] | None,
             message_id: str | None, left: Sequence[BaseMessage]) -> BaseMessage:
     """The marker for `stands_for` (earlier markers first, then the dropped messages, oldest first), with their
-    identifiers that no message of `left` (the history after the drop) holds, on the guard's lines within the
-    bound; the fixed text alone without a guard."""
+    identifiers that no message of `left` (the history after the drop) holds with the same attribution (a tool's
+    identifier that the agent repeated stays: when that message goes, its reading would not say it came from a
+    tool), on the guard's lines within the bound; the fixed text alone without a guard."""
     if guard is None:
         return make_dropped_marker(message_id=message_id)
     fact_guard, bound = guard
     identifiers = fact_guard.extract_messages(stands_for)
-    if identifiers:
-        held = {i.value.casefold() for m in left for i in _identifiers_of(state, fact_guard, m)}
-        identifiers = [i for i in trust(identifiers, state.messages) if i.value.casefold() not in held]
+    if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
+        held = {(i.value.casefold(), i.source) for m in left for i in _identifiers_of(state, fact_guard, m)}
+        identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
     return make_dropped_marker(message_id=message_id, facts=facts)
 

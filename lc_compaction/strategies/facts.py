@@ -417,6 +417,18 @@ class FactGuard:
                            added=len(missing) - omitted, omitted=omitted)
 
 
+def fact_guard_of(setting: Any) -> FactGuard | None:
+    """The guard a strategy's `fact_guard` setting names: a `FactGuard` itself, True for `FactGuard()`, False for
+    none.
+
+    Raises:
+        ValueError: `setting` is of another type.
+    """
+    if not isinstance(setting, (bool, FactGuard)):
+        raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(setting).__name__}")
+    return setting if isinstance(setting, FactGuard) else FactGuard() if setting else None
+
+
 def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
     """The tool names of the calls of `messages`, for the results that carry none (OpenAI-format recordings): each
     result paired with its call by position, as on the wire (`structure.tool_pairs`: a tool-call id may be

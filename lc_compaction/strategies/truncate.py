@@ -41,7 +41,7 @@ from lc_compaction.markers import (
     is_truncated,
 )
 from lc_compaction.offload import recall_hint
-from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, tool_names, tool_of
+from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, fact_guard_of, tool_names, tool_of
 
 DEFAULT_NOTE_IDENTIFIER_CHARS = 300
 """Default bound of the identifiers a truncation note lists, in characters (the values and their `"; "`
@@ -88,10 +88,7 @@ class TruncateToolResults(SyncStrategy):
             raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
         if self.max_identifier_chars < 0:
             raise ValueError(f"max_identifier_chars: must be >= 0 characters, got {self.max_identifier_chars}")
-        if not isinstance(self.fact_guard, (bool, FactGuard)):
-            raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(self.fact_guard).__name__}")
-        self._guard = (self.fact_guard if isinstance(self.fact_guard, FactGuard)
-                       else FactGuard() if self.fact_guard else None)
+        self._guard = fact_guard_of(self.fact_guard)
 
     def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None,
              tool: str | None = None) -> str:
