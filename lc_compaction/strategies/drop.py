@@ -55,10 +55,10 @@ DEFAULT_MARKER_CHARS = 1_200
 """Default bound of the identifiers a drop marker lists, in characters (`FactGuard.facts_line` with characters as
 its unit: the lines' prefixes and fences included). Measured on the 40 tau-bench airline conversations of the
 shared traces replayed with the default policy: the longest marker lines needed were 1,195 characters at a
-4,000-token window (median 474) and 875 at 8,000, so every one fits whole (the longest is 629 tokens with
-o200k_base: digits and dates take about two characters a token). A bound of 600 characters kept 93% of the
-(call, identifier) pairs of that replay at 4,000 tokens, 900 kept 98%, 1,200 99.5%. (The AgentDojo conversations,
-one request each, never drop.)"""
+4,000-token window (median 551) and 951 at 8,000, so every one fits whole (the longest is 629 tokens with
+o200k_base: digits and dates take about two characters a token). A bound of 600 characters kept 91% of the
+(call, identifier) pairs of that replay at 4,000 tokens, 900 kept 97.7%, 1,200 99.7%. (The AgentDojo
+conversations, one request each, never drop.)"""
 
 
 @dataclass
