@@ -23,10 +23,14 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   It is recognized by its text alone too.
 - A pinned message (never removed, truncated or summarized) carries
   `additional_kwargs["lc_compaction"] = {"pinned": True}`; see `pin_message`.
-- Where exchanges were dropped, one `AIMessage` with the fixed text `DROPPED_TEXT` and
-  `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` whose whole
-  content is that text is recognized too (a history that went through a format without metadata). Where it goes
-  and when: `strategies/drop.py`.
+- Where exchanges were dropped, one `AIMessage` whose text starts with the fixed line `DROPPED_TEXT` (the
+  identifiers of what it stands for may follow, on the fact guard's lines) and
+  `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` without tool
+  calls whose content is that line, alone or followed by a newline, is recognized too (a history that went
+  through a format without metadata). Where it goes and when: `strategies/drop.py`.
+- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size, the start of
+  the original as a JSON string, then, after `NOTE_IDENTIFIERS`, the identifiers of the original that the start
+  does not hold, fenced and attributed to the tool. `read_truncation_note` reads it back.
 - Text that came from a tool result and is written into a summary (the fact guard's identifiers, the
   ledger's error results, what an LLM summary copied) sits inside `UNTRUSTED_DATA_FENCE`, after the name of
   its tool: `<untrusted_tool_data>read_inbox: ...</untrusted_tool_data>`. The summarizer's transcript wraps
@@ -38,8 +42,10 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -61,10 +67,19 @@ PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task
                    "size and start]")
 """First line of the running request's progress note (`progress.py`); one line per folded tool call follows."""
 
+NOTE_IDENTIFIERS = "; identifiers beyond that start: "
+"""Put in a truncation note before the fenced identifiers of the original that its start does not hold."""
+
+_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
+"""Where a truncation note's size and start are: the start is the JSON string after it, which the identifiers
+(`NOTE_IDENTIFIERS`) and a recall hint (offload on: `offload.recall_hint`) may follow."""
+
 DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
-"""The whole text of the marker left where exchanges were dropped. Fixed, so the marker is byte-identical on every
-call (the provider's prompt cache keeps what precedes and includes it); it says neither how many messages nor
-which, which would change it, and the cache after it, at each further drop."""
+"""The first line of the marker left where exchanges were dropped (what recognizes it). Fixed: the marker changes
+only when what it stands for does (a later drop next to it adds identifiers), so it is byte-identical from call
+to call (the provider's prompt cache keeps what precedes and includes it); it says neither how many messages nor
+which, which would change it, and the cache after it, at each further drop. The identifiers of the messages it
+stands for follow it on the fact guard's lines (`strategies/drop.py`)."""
 
 SHORTENED_MARKER = "\n[... cut by lc-compaction: {removed:,} characters removed to fit the context window ...]"
 """Marker appended where an oversized single message was cut in place."""
@@ -159,20 +174,90 @@ def is_shortened(message: BaseMessage) -> bool:
 
 def is_dropped_marker(message: BaseMessage) -> bool:
     """True for the marker left where exchanges were dropped (`make_dropped_marker`): an AIMessage with the mark, or
-    one whose whole content is `DROPPED_TEXT` and that makes no tool call."""
+    one that makes no tool call and whose content is `DROPPED_TEXT`, alone or followed by a newline (its
+    identifiers)."""
     if kind(message) != AI:
         return False
+    if _mark(message, "additional_kwargs").get("kind") == "dropped":  # kept when the last resort cuts it
+        return True
     if _mark(message, "response_metadata").get("kind") == "dropped":
         return True
-    return message.content == DROPPED_TEXT and not message.tool_calls  # type: ignore[attr-defined]
+    content = message.content
+    return (isinstance(content, str) and content.startswith(DROPPED_TEXT)
+            and content[len(DROPPED_TEXT):len(DROPPED_TEXT) + 1] in ("", "\n")
+            and not message.tool_calls)  # type: ignore[attr-defined]
 
 
-def make_dropped_marker(*, message_id: str | None = None) -> AIMessage:
-    """The marker left where exchanges were dropped: `AIMessage(DROPPED_TEXT)` marked
-    `response_metadata["lc_compaction"] = {"kind": "dropped"}` (a field no chat model sends to its provider).
-    `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
-    return AIMessage(content=DROPPED_TEXT, id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
+def make_dropped_marker(*, message_id: str | None = None, facts: str = "") -> AIMessage:
+    """The marker left where exchanges were dropped: an `AIMessage` with the text `DROPPED_TEXT`, then, on the next
+    lines, `facts` (the fact guard's lines of what it stands for, `FactGuard.facts_line`; none when empty), marked
+    `{"kind": "dropped"}` under "lc_compaction" in `response_metadata` and in `additional_kwargs` (fields no chat
+    model integration sends to its provider; the second stays when the last resort cuts the marker and marks it
+    "shortened"). `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
+    return AIMessage(content=DROPPED_TEXT + (f"\n{facts}" if facts else ""),
+                     id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
+                     additional_kwargs={MARK_KEY: {"kind": "dropped"}},
                      response_metadata={MARK_KEY: {"kind": "dropped"}})
+
+
+_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
+"""Where the last resort's cut marker starts in a cut text ("[... cut by lc-compaction")."""
+
+
+def before_cut(text: str) -> str:
+    """`text` without the last resort's cut marker and what follows it (`SHORTENED_MARKER`): what is left of the
+    original; `text` itself when it was not cut."""
+    cut = text.rfind(_CUT_LEAD)
+    return text[:cut].rstrip() if cut >= 0 else text
+
+
+def dropped_marker_facts(message: BaseMessage) -> str:
+    """The lines after `DROPPED_TEXT` in a drop marker (its identifiers, `make_dropped_marker`'s `facts`); "" when
+    it has none or is no marker. Of a marker the last resort cut, the whole lines before the cut."""
+    content = message.content
+    if not is_dropped_marker(message) or not isinstance(content, str) or not content.startswith(DROPPED_TEXT):
+        return ""
+    facts = content[len(DROPPED_TEXT):]
+    cut = facts.find(_CUT_LEAD)
+    if cut >= 0:  # the last line before the cut is partial: an identifier in it may be cut too
+        whole = facts[:cut].rstrip("\n")
+        facts = whole.rsplit("\n", 1)[0] if "\n" in whole[1:] else ""
+    return facts.lstrip("\n")
+
+
+@dataclass(frozen=True)
+class TruncationNote:
+    """A truncation note read back (`read_truncation_note`): the original's size in characters, the start of it
+    that the note shows, and the identifiers part: the text inside the note's fence, without the tool's name
+    ("" when the note lists none)."""
+
+    original_chars: int
+    start: str
+    identifiers: str = ""
+
+
+def read_truncation_note(text: str) -> TruncationNote | None:
+    """The parts of a truncation note (`strategies/truncate.py`), or None when `text` is not one (or not in the
+    format it writes: a note of an older version without a start, ContextEditingMiddleware's placeholder)."""
+    if not text.startswith(TRUNCATION_PREFIX):
+        return None
+    found = _TRUNCATED_NOTE.search(text)
+    if not found:
+        return None
+    try:
+        start, at = json.JSONDecoder().raw_decode(text, found.end())
+    except ValueError:
+        return None
+    if not isinstance(start, str):
+        return None
+    size = int(found.group(1).replace(",", ""))
+    if not text.startswith(NOTE_IDENTIFIERS, at):
+        return TruncationNote(size, start)
+    rest = text[at + len(NOTE_IDENTIFIERS):]
+    spans = fenced_spans(rest)
+    if not spans or spans[0][0] != 0:
+        return TruncationNote(size, start)
+    return TruncationNote(size, start, unfence(rest[:spans[0][1]])[1])
 
 
 def is_pinned_mark(message: BaseMessage) -> bool:
@@ -281,6 +366,15 @@ def split_fenced(text: str, at: int) -> tuple[str, str]:
         label = fence_label(text[start:end])
         return text[:at] + close, open_ + (f"{label}: " if label else "") + text[at:]
     return text[:at], text[at:]
+
+
+def unfence(piece: str) -> tuple[str | None, str]:
+    """(the tool named, the text) of one fenced piece (`fence`'s output, or a piece cut from `fenced_spans`): the
+    text between the fence strings, after the tool's name and ": "; an unclosed piece runs to its end."""
+    open_, close = UNTRUSTED_DATA_FENCE
+    tool = fence_label(piece)
+    inner = piece[len(open_) + (len(tool) + 2 if tool else 0):] if piece.startswith(open_) else piece
+    return tool, inner[:-len(close)] if inner.endswith(close) else inner
 
 
 def fenced_lines(text: str) -> list[str]:

@@ -20,8 +20,13 @@ and `Summarize` call `keep_progress` after their own work):
    `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
    (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
    removed silently.
-   When the summarizer folds, its fact guard adds the identifiers of what it folds (`| facts: ...`), as it does
-   to a summary. With offload on, a line whose result is kept in the store names the call that reads it back.
+   The strategy that folds (`DropOldExchanges`, `Summarize`) passes its fact guard, which adds to each line the
+   identifiers of what it folds that the line does not show (`| facts: ...`; a truncated result's are those its
+   note listed), as it does to a summary. With offload on, a line whose result is kept in the store names the
+   call that reads it back.
+5. When even every step that may go folded leaves the history over the budget, the note's oldest lines lose their
+   result's size and start and keep the call and its identifiers, as few as make it fit (`_fit_note`): before the
+   last resort, which would cut the newest result and then make the whole note terse.
 
 Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
 (the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
@@ -35,7 +40,8 @@ thinking blocks first, so the note goes after them; the thinking blocks themselv
 
 The note is byte-stable: its text is `markers.PROGRESS_PREFIX` and one line per call, in the order the calls were
 made, built only from the calls and their results (no counters, times or unordered sets). A later call that folds
-more takes the earlier note's lines as they are and appends the new ones (the note moves to the new first
+more takes the earlier note's lines as they are (unless rule 5 or the last resort must shorten them: the history
+cannot be sent as it is) and appends the new ones (the note moves to the new first
 remaining assistant message, and the one it leaves gets its own content back). The note is recognized by its text
 alone, so this also works on a history stored as plain role/content JSON. It counts in the budget like any text.
 """
@@ -55,10 +61,12 @@ from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
-    SHORTENED_MARKER,
-    TRUNCATION_PREFIX,
+    before_cut,
     fence,
+    fenced_spans,
     is_progress_text,
+    read_truncation_note,
+    unfence,
 )
 from lc_compaction.offload import RECALL_TOOL_NAME
 from lc_compaction.structure import Step, split_exchanges
@@ -68,7 +76,7 @@ if TYPE_CHECKING:
     from lc_compaction.strategies.facts import FactGuard
 
 __all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
-           "running_steps", "terse_note", "with_note", "without_note"]
+           "running_steps", "split_line", "terse_note", "with_note", "without_note"]
 
 PREVIEW_CHARS = 100
 """Characters of a result's start shown in its line of the note (whitespace collapsed): enough to recognize a
@@ -79,18 +87,11 @@ ARGS_CHARS = 300
 their full size (a `write_file` content, say)."""
 
 FACTS_CHARS = 300
-"""Characters of identifiers a line lists at most (`call_line`, only when the summarizer folds with its fact guard):
+"""Characters of identifiers a line lists at most (`call_line`, when the strategy that folds passes its fact guard):
 the longest list the 40 tau-bench airline conversations of the shared traces needed, replayed at 8,000 tokens
-with the summarizer alone, was 144 characters; the bound keeps an identifier-dense result (a table of codes) from
-making the note as large as the result."""
-
-_CUT_LEAD = SHORTENED_MARKER.strip().split(":")[0]
-"""Start of the last resort's cut marker ("[... cut by lc-compaction"): what follows it is not the result's text."""
-
-_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
-"""Where a truncation note's size and start are (`TruncateToolResults`): the start is the JSON string after it,
-which a recall hint may follow (offload on: `offload.recall_hint`)."""
-
+with the summarizer alone, was 144 characters, and with the default ladder at 4,000 tokens 243; the bound keeps an
+identifier-dense result (a table of codes: AgentDojo's file listings and inboxes need up to 2,617) from making the
+note as large as the result."""
 
 def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
     """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
@@ -107,69 +108,74 @@ def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> lis
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
-def _result_facts(result: BaseMessage) -> tuple[int, str]:
-    """(size in characters, start of the text) of a tool result as it was before any cut: a truncation note (ours,
-    marked or recognized by its text) gives the original size and start it recorded; a result cut in place by the
-    last resort gives its original size and what is left of its text."""
+def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
+    """(size in characters, start of the text, identifiers listed) of a tool result as it was before any cut: a
+    truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the original
+    size and start it recorded, and the identifiers it lists (their fenced text, without the tool's name); a
+    result cut in place by the last resort gives its original size and what is left of its text."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
-    if text.startswith(TRUNCATION_PREFIX):
-        found = _TRUNCATED_NOTE.search(text)
-        if found:
-            try:
-                start, _ = json.JSONDecoder().raw_decode(text, found.end())
-                if isinstance(start, str):
-                    return int(found.group(1).replace(",", "")), start
-            except ValueError:
-                pass
-    cut = text.rfind(_CUT_LEAD)
-    if cut >= 0:
-        text = text[:cut].rstrip()
-    return (size if isinstance(size, int) else len(text)), text
+    note = read_truncation_note(text)
+    if note is not None:
+        return note.original_chars, note.start, note.identifiers
+    text = before_cut(text)
+    return (size if isinstance(size, int) else len(text)), text, ""
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"</...>[ |
-    facts: A; <untrusted_tool_data>name: B; C</...>]`. What came from the result is tool data, so it sits inside
+    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"[ | facts:
+    B; C]</...>[ | facts: A]`. What came from the result is tool data, so it sits inside
     `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
     assistant's voice, and a tool's text must not read as the assistant's own words.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
-    the ToolMessage that answered it (None: "no result"). With a `guard` (the summarizer's fact guard, when the
-    summarizer folds), the line also lists the identifiers (ids, codes, numbers, dates, amounts, e-mails, URLs,
-    paths) of the arguments, the result and `said` (the text of the assistant message that made the call) that
-    neither the line nor `known` (the note's earlier lines) holds, at most `FACTS_CHARS` characters of them. With
-    `recall` (the result's store key, offload on: `LadderState.recall_key`), the line also names the call that
-    reads the whole result back: `| recall_tool_result(tool_call_id="...")`."""
+    the ToolMessage that answered it (None: "no result"). With a `guard` (the fact guard of the strategy that folds:
+    the summarizer's, `DropOldExchanges`'), the line also lists the identifiers (ids, codes, numbers, dates,
+    amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
+    and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
+    note's earlier lines) holds, at most `FACTS_CHARS` characters of them: those only the result holds inside the
+    result's fence (one fence for the start and its identifiers: the fence strings cost tokens), the others
+    after it; " (+n more)" ends a line that could not list them all. With `recall` (the result's store key, offload
+    on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
+    `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     if len(text) > ARGS_CHARS:
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     name = call.get("name") or "?"
-    line = f"- {name}({text})"
-    full = ""
+    head = f"- {name}({text})"
+    full = listed = start_json = tail = ""
     if result is None:
-        line += " -> no result"
+        head += " -> no result"
     else:
-        size, start = _result_facts(result)
+        size, start, listed = _result_facts(result)
         full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
         error = ", error" if getattr(result, "status", None) == "error" else ""
-        line += f" -> {size:,} characters{error}: {fence(json.dumps(preview + more, ensure_ascii=False), name)}"
+        head += f" -> {size:,} characters{error}: "
+        start_json = json.dumps(preview + more, ensure_ascii=False)
         if recall is not None:
-            line += f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
+            tail = f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
+    line = head + (fence(start_json, name) if result is not None else "") + tail
     if guard is None:
         return line
-    from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
+    from lc_compaction.strategies.facts import FACTS_SEPARATOR, Identifier, contains
 
     seen = f"{known}\n{line}"
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     own = f"{said}\n{args_text}"
-    facts = [i for i in guard.extract(f"{own}\n{full}") if not contains(seen, i)]
+    # a truncated result's identifiers: those of the start it shows, then those its note lists (read back verbatim)
+    found = [*guard.extract(f"{own}\n{full}"), *(Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v)]
+    facts: list[Identifier] = []
+    values: set[str] = set()
+    for i in found:
+        if i.value.casefold() not in values and not contains(seen, i):
+            values.add(i.value.casefold())
+            facts.append(i)
     shown: list[str] = []
     for value in (i.value for i in facts):
         if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
@@ -177,13 +183,82 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         shown.append(value)
     if not facts:
         return line
-    # the identifiers only the result holds are tool data: fenced, after the tool's name (markers.fence)
-    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i)}
+    # the identifiers only the result holds are tool data: in the result's fence, after its start
+    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i) and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
-    listed = plain + ([fence(FACTS_SEPARATOR.join(fenced), name)] if fenced else [])
     more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
-    return line + f" | facts: {FACTS_SEPARATOR.join(listed)}{more}"
+    if result is not None:
+        line = head + fence(start_json + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
+                            name) + tail
+    return line + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
+
+
+_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
+_ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
+_MORE = re.compile(r" \(\+\d+ more\)$")
+
+
+@dataclass(frozen=True)
+class _Line:
+    """The parts of a note line (`_parse`): the call (`- name(arguments)`, a cut's size left out), the result's
+    part without its size (`-> <fence>name: "start"</fence>[ | recall...]`, "" for a terse line), the tool named in
+    the result's fence, the result's start (decoded), the identifiers listed after the fence (plain) and inside it
+    (the result's), and " (+n more)" when it ends the line."""
+
+    call: str
+    result: str = ""
+    tool: str | None = None
+    start: str = ""
+    plain: str = ""
+    from_tool: str = ""
+    more: str = ""
+
+    def listed(self) -> str:
+        """The identifiers as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</...>[ (+n
+        more)]`; "" when none."""
+        from lc_compaction.strategies.facts import FACTS_SEPARATOR
+
+        parts = (self.plain, fence(self.from_tool, self.tool) if self.from_tool else "")
+        listed = FACTS_SEPARATOR.join(x for x in parts if x)
+        return listed + (self.more if listed else "")
+
+
+def _parse(line: str) -> _Line:
+    line = _ARGS_SIZE.sub("...)", line, count=1)
+    more = _MORE.search(line)
+    more_text = more.group(0) if more else ""
+    line = line[:more.start()] if more else line
+    found = _RESULT_SIZE.search(line)
+    if found is None:  # terse, or no result: the identifiers, if any, end the line
+        at = line.find(_FACTS_LEAD)
+        call, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+        # a terse line lists them as `_Line.listed` writes them: its plain part may hold the fenced ones
+        return _Line(call, plain=listed, more=more_text)
+    rest = line[found.end():]
+    spans = fenced_spans(rest)
+    end = spans[0][1] if spans and spans[0][0] == 0 else 0
+    piece, after = rest[:end], rest[end:]
+    label, inner = unfence(piece) if piece else (None, "")
+    try:
+        start, k = json.JSONDecoder().raw_decode(inner)
+    except ValueError:
+        start, k = "", len(inner)
+    from_tool = inner[k + len(_FACTS_LEAD):] if inner.startswith(_FACTS_LEAD, k) else ""
+    at = after.find(_FACTS_LEAD)
+    after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
+    result = " -> " + (fence(inner[:k], label) if label else piece) + after
+    return _Line(line[:found.start()], result, label, start if isinstance(start, str) else "", plain, from_tool,
+                 more_text)
+
+
+def split_line(line: str) -> tuple[str, str]:
+    """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
+    start, without the sizes of the result and of cut arguments (counts of characters, not identifiers), and the
+    identifiers it lists, written as the terse form writes them: `A; B; <untrusted_tool_data>name: C;
+    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none)."""
+    parts = _parse(line)
+    return parts.call + parts.result, parts.listed()
 
 
 def _note_text(content: Any) -> str | None:
@@ -245,11 +320,33 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
 def terse_note(message: AIMessage) -> AIMessage:
     """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
     size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
-    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual."""
+    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual.
+    (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
     lines = note_lines(message)
     if not lines:
         return message
-    return with_note(message, [line.split(" -> ", 1)[0] if line.startswith("- ") else line for line in lines])
+    return with_note(message, [line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] if line.startswith("- ") else line
+                               for line in lines])
+
+
+def _terse_line(line: str, guard: FactGuard) -> str:
+    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers, those the
+    start held (found by `guard`) among the result's, when it has any."""
+    parts = _parse(line)
+    if parts.start:
+        from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
+
+        listed = parts.listed()
+        more = [i.value for i in guard.extract(parts.start) if not contains(f"{parts.call}\n{listed}", i)]
+        if more:
+            from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
+            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more)
+    listed = parts.listed()
+    return parts.call + (f"{_FACTS_LEAD}{listed}" if listed else "")
+
+
+_FACTS_LEAD = " | facts: "
+"""Where a line's identifiers start (`call_line`): they end the line."""
 
 
 # ------------------------------------------------------------------------------------------------ folding
@@ -360,7 +457,8 @@ def _commit(state: LadderState, plan: _Fold, strategy: str) -> None:
 def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None = None) -> None:
     """Fold the oldest steps of the running request's loop into its progress note when, and only as far as, the
     rule of the module docstring says: only in the second pass, only while over the limit. `strategy` names who
-    folds (the action's strategy); `guard`: the summarizer's fact guard (see `call_line`)."""
+    folds (the action's strategy); `guard`: the fact guard of the strategy that folds (see `call_line`; with it,
+    rule 5 too)."""
     if state.pass_name == "soft" or not state.over_limit():
         return
     loop = running_steps(state.messages, state.steps())
@@ -388,3 +486,45 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
     chosen = fits_budget or widest
     if over_budget and chosen is not None:
         _commit(state, chosen, strategy)
+    if guard is not None and state.over_budget():
+        _fit_note(state, strategy, guard)
+
+
+def _fit_note(state: LadderState, strategy: str, guard: FactGuard) -> None:
+    """With every step that may go folded and the history still over the budget: the note's oldest lines lose
+    their result's size and start (`_terse_line`: the call and its identifiers, those of the start too, stay), as
+    few as make the history fit the budget, all of them when none does. Only then does a note change its earlier
+    lines (the history cannot be sent as it is: the last resort would cut the newest result, then make the whole
+    note terse, identifiers and all, `terse_note`); a note whose lines are already terse stays as it is."""
+    loop = running_steps(state.messages, state.steps())
+    host = next((i for s in loop for i in s.indices if note_lines(state.messages[i])), None)
+    if host is None or state.slots[host].pinned:
+        return
+    message = state.messages[host]
+    lines = note_lines(message)
+    full = [k for k, line in enumerate(lines) if line.startswith("- ") and _terse_line(line, guard) != line]
+    if not full:
+        return
+    count = state.counter.count_message
+    rest = state.total() - state.slots[host].tokens
+
+    def tightened(j: int) -> tuple[BaseMessage, int]:
+        terse = set(full[:j])
+        new = with_note(message, [_terse_line(line, guard) if k in terse else line  # type: ignore[arg-type]
+                                  for k, line in enumerate(lines)])
+        return new, count(new)
+
+    lo, hi = 1, len(full)  # the fewest lines made terse that fit (monotone in j: binary search, O(log n) counts)
+    best = tightened(hi)
+    if not state.over_budget(rest + best[1]):
+        while lo < hi:
+            mid = (lo + hi) // 2
+            attempt = tightened(mid)
+            if state.over_budget(rest + attempt[1]):
+                lo = mid + 1
+            else:
+                hi, best = mid, attempt
+    if best[1] < state.slots[host].tokens:
+        state.replace(host, best[0], strategy=strategy, kind="shortened", tokens=best[1],
+                      detail="progress note: its oldest lines without their result's size and start, identifiers "
+                             "kept, to fit the budget")

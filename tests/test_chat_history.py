@@ -462,10 +462,11 @@ def test_strategies_run_once_per_compaction_not_on_every_read() -> None:
     summary = RecordingSummary()
     # truncation first: the running request's tool loop (most of these 20 calls) is never summarized, only its
     # results truncated (issue 12), so without it the view cannot get under the trigger. The trigger is explicit
-    # (80% of the window, 3,200 tokens, under the 3,600-token budget): with the default trigger (the budget) the
-    # view grows back to within a few tokens of the budget after 20 calls, and three more exchanges legitimately
-    # compact again; the gap the trigger leaves is what this test needs
-    policy = CompactionPolicy(max_input_tokens=4_000, trigger=("fraction", 0.8),
+    # (80% of the window, under the budget): with the default trigger (the budget) the view grows back to within a
+    # few tokens of the budget after 20 calls, and three more exchanges legitimately compact again; the gap the
+    # trigger leaves is what this test needs. At 5,000 tokens (not 4,000) the notes, which carry each result's
+    # identifiers, fit under it
+    policy = CompactionPolicy(max_input_tokens=5_000, trigger=("fraction", 0.8),
                               strategies=(TruncateToolResults(), summary))
     history = CompactingChatMessageHistory(memory_history(), policy)
     _, calls = conversation(TAU)

@@ -19,6 +19,10 @@ Checked in every compacted context:
   the agent echoed it (it repeated the injection in its text or tool-call arguments): the summary is in the
   user's voice, and the agent repeating tool data does not make it the user's;
 - and, so that the check cannot pass by accident, markers do reach summaries or progress notes: inside the fence.
+
+The default ladder (truncation, then drop) is checked the same way on the same runs, each put between a greeting
+and a few more turns of the user so that its exchange can be dropped: its drop marker (an AIMessage that carries
+the identifiers of what it stands for) and its progress note hold the injected markers only inside the fence.
 """
 
 from __future__ import annotations
@@ -138,3 +142,71 @@ def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
     assert summarized_contexts >= 20
     # the check is not vacuous: injected markers did reach the summaries or progress notes, inside the fence
     assert len({c for c, _ in fenced_in_summary}) >= 3, sorted(fenced_in_summary)
+
+
+GREETING = [("Hello.", "Hello! How can I help?")]
+FOLLOW_UPS = [("Thanks. Anything else I should know about that?", "No, that is everything I found."),
+              ("Can you summarize what you did in one sentence?", "I read your data and did what you asked."),
+              ("Great. What is the date today?", "I do not have a tool that tells me the date."),
+              ("OK, thank you for your help.", "You are welcome.")]
+"""Turns of the user before and after each injection run: the run's exchange is then neither the first (its
+request is not pinned) nor the running one, so the default ladder can drop it whole and leave a marker."""
+
+
+def _turns(conv_id: str, pairs: list[tuple[str, str]], tag: str) -> list[BaseMessage]:
+    from langchain_core.messages import HumanMessage
+
+    return [m for n, (question, answer) in enumerate(pairs)
+            for m in (HumanMessage(question, id=f"{conv_id}:{tag}q{n}"), AIMessage(answer, id=f"{conv_id}:{tag}a{n}"))]
+
+
+@pytest.mark.parametrize("window", [2_000, 4_000])
+def test_the_default_ladder_keeps_injected_text_inside_the_fence(window):
+    """The default ladder (truncation, then drop) writes tool-derived identifiers into messages of its own: the
+    drop marker (an AIMessage, `markers.make_dropped_marker`) and the running request's progress note, besides
+    the truncation notes (ToolMessages: tool data by their role). Each injection run is replayed between a
+    greeting and a few more turns of the user (`FOLLOW_UPS`), under the default policy and the aggressive one. In
+    every compacted context: a marker that occurs only in tool results appears in no non-tool message outside the
+    data fence; an injected identifier stands in no drop marker outside it, even when the agent echoed it (tool
+    data is not the agent's own word); and, so that the check cannot pass by accident, markers do reach drop
+    markers and progress notes, inside the fence."""
+    from lc_compaction.markers import is_dropped_marker
+
+    identifier = FactGuard()
+    fenced: dict[str, set[tuple[str, str]]] = {"marker": set(), "note": set()}
+    for conv_id, markers, recorded in injection_runs():
+        run = messages_of(conv_id, recorded)
+        not_tool = "\n".join(text_of(m) for m in run if not isinstance(m, ToolMessage)).lower()
+        tool_only = [k for k in markers if k.lower() not in not_tool]
+        identifiers = [k for k in markers if [i.value for i in identifier.extract(k)] == [k]]
+        at = 1 if run and run[0].type == "system" else 0
+        messages = [*run[:at], *_turns(conv_id, GREETING, "g"), *run[at:], *_turns(conv_id, FOLLOW_UPS, "f")]
+
+        def check(record: Any, history: list[BaseMessage], result: Any, conv_id: str = conv_id,
+                  tool_only: list[str] = tool_only, identifiers: list[str] = identifiers) -> None:
+            for m in result.messages:
+                if isinstance(m, ToolMessage):
+                    continue
+                text = text_of(m)
+                outside = outside_fences(text).lower()
+                for marker in tool_only:
+                    assert marker.lower() not in outside, (
+                        f"{conv_id} (window {window}): the tool-only marker {marker!r} speaks in a {m.type} "
+                        f"message outside the fence:\n{text[:3000]}")
+                where = "marker" if is_dropped_marker(m) else "note" if note_lines(m) else None
+                if where == "marker":
+                    for marker in identifiers:
+                        assert marker.lower() not in outside, (
+                            f"{conv_id} (window {window}): the identifier {marker!r} from an injection stands "
+                            f"unfenced in a drop marker:\n{text[:3000]}")
+                for start, end in fenced_spans(text) if where else ():
+                    inside = text[start:end].lower()
+                    fenced[where].update((conv_id, k) for k in tool_only if k.lower() in inside)
+
+        for settings in POLICIES.values():
+            replay_conversation(messages, CompactionPolicy(max_input_tokens=window, **settings),
+                                conversation_id=conv_id, on_call=check)
+
+    # not vacuous: injected markers reached the ladder's own messages, inside the fence
+    assert len({c for c, _ in fenced["marker"]}) >= 3, sorted(fenced["marker"])
+    assert len({c for c, _ in fenced["note"]}) >= 3, sorted(fenced["note"])

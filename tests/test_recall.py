@@ -95,9 +95,13 @@ def test_without_compaction_every_identifier_is_held():
 
 @pytest.mark.parametrize("window", [4_000])
 def test_dropping_loses_identifiers_that_the_ledger_keeps(window):
-    """The measure tells strategies apart: dropping old exchanges loses identifiers of the history, the ledger
-    with the fact guard keeps more of them."""
-    total, dropped = _held([TruncateToolResults(), DropOldExchanges()], window)
+    """The measure tells strategies apart: dropping old exchanges and truncating results without the fact guard
+    loses identifiers of the history; the ledger with the guard keeps more of them, and so does the default
+    ladder, whose truncation notes and drop marker carry them."""
+    bare = [TruncateToolResults(fact_guard=False), DropOldExchanges(fact_guard=False)]
+    total, dropped = _held(bare, window)
     _, summarized = _held([Summarize()], window)
+    _, guarded = _held([TruncateToolResults(), DropOldExchanges()], window)
     assert dropped < total
     assert summarized > dropped
+    assert guarded > dropped

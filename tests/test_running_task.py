@@ -10,8 +10,6 @@ the rule. Checked on the issue's example, on hand-made histories, and as propert
 
 from __future__ import annotations
 
-import re
-
 import json
 
 import pytest
@@ -21,7 +19,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction import CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults, compact
 from lc_compaction.markers import PROGRESS_PREFIX
-from lc_compaction.progress import note_lines, terse_note, with_note, without_note
+from lc_compaction.markers import outside_fences
+from lc_compaction.progress import note_lines, split_line, terse_note, with_note, without_note
+from lc_compaction.strategies.facts import parse_listed
 from lc_compaction.structure import check_invariants
 from tests.oracle.checks import check, check_all_structural, missing_running_calls, running_calls, CheckContext
 from tests.oracle.generators import histories
@@ -67,15 +67,18 @@ def notes(messages: list[BaseMessage]) -> list[list[str]]:
 
 # ------------------------------------------------------------------------------------------------ the issue's case
 def test_the_issue_example_keeps_the_previous_step_as_notes():
-    """One request, two parallel lookups of about 1,370 tokens per step, window 4,000 (trigger 3,200, budget
+    """One request, two parallel lookups of about 1,330 tokens per step, window 4,000 (trigger 3,200, budget
     3,600): after the third step the previous step stays, as one-line notes; the first one, which notes alone
     cannot fit under the trigger, is named in the progress note. Nothing is removed. The trigger is the issue's
     (80% of the window), explicit: the default trigger is the budget, under which the third step still fits with
-    both earlier steps as notes (what the default does is checked by the tests below)."""
+    both earlier steps as notes (what the default does is checked by the tests below). (The issue's report had
+    about 1,370 tokens a result: there the notes, which carry each result's `ORD-...` identifier, leave no room
+    for the previous step under the trigger, and it is folded too, with its identifiers: see
+    `test_folded_notes_keep_their_identifiers_in_the_progress_note`.)"""
     policy = CompactionPolicy(max_input_tokens=4_000, trigger=("fraction", 0.8))
-    assert 1_300 <= policy.counter.count_message(lookup_step(0, chars=4_400)[1]) <= 1_450
-    for n, (_before, result) in enumerate(agent_loop(3, policy, chars=4_400)):
-        assert missing_running_calls(loop(n + 1, chars=4_400), result.messages) == []
+    assert 1_300 <= policy.counter.count_message(lookup_step(0, chars=4_250)[1]) <= 1_450
+    for n, (_before, result) in enumerate(agent_loop(3, policy, chars=4_250)):
+        assert missing_running_calls(loop(n + 1, chars=4_250), result.messages) == []
         assert not [a for a in result.actions if a.kind in ("removed", "summarized")]
         assert result.fits
         if n:  # with earlier steps as notes: under the trigger, so the next call does not churn
@@ -181,9 +184,11 @@ def test_drop_alone_and_the_summarizer_fold_and_never_remove_the_loop():
         if len(strategies) == 1 and isinstance(strategies[0], Summarize):
             # the summarizer's fact guard: the identifiers of what it folded stay in the note, fenced as the
             # lookup tool's data (they came from its result)
-            text = "\n".join(notes(result.messages)[0])
-            listed = r"\| facts: (?:[^\n]*; )?<untrusted_tool_data>lookup: (?:[^\n<]*; )?ORD-1000\b"
-            assert re.search(listed, text), text
+            lines = notes(result.messages)[0]
+            listed = [i for line in lines for i in parse_listed(split_line(line)[1])]
+            assert ("ORD-1000", "lookup") in {(i.value, i.source) for i in listed}, lines
+            first = next(line for line in lines if "ORD-1000" in line)
+            assert "ORD-1000" not in outside_fences(first)  # inside the lookup result's fence
 
 
 def test_a_finished_exchange_is_still_dropped():
@@ -232,10 +237,19 @@ def test_no_call_of_the_running_request_leaves_the_input(history, window, keep, 
     assert len(notes(out)) <= 1
 
 
+def _note_rewritten(result) -> bool:
+    """Whether the note had to change to fit the budget: the last resort cut it (`_note_cut`), or, with every step
+    folded and the history still over the budget, its lines lost their results' size and start
+    (`progress._fit_note`, a "shortened" action on the assistant message that holds it)."""
+    hosts = {m.id for m in result.messages if note_lines(m)}
+    return _note_cut(result) or any(a.kind == "shortened" and set(a.message_ids) & hosts for a in result.actions)
+
+
 @FAST
 @given(history=running_histories, window=st.integers(1_500, 12_000), ladder=LADDERS)
 def test_the_note_grows_by_appending_along_the_loop(history, window, ladder):
-    """Fed back call after call as an agent loop does, the note's earlier lines stay byte for byte."""
+    """Fed back call after call as an agent loop does, the note's earlier lines stay byte for byte (until the
+    window cannot hold them: `_note_rewritten`)."""
     policy = CompactionPolicy(max_input_tokens=window, token_counter="approximate", strategies=_ladder(ladder))
     request = max(i for i, m in enumerate(history) if isinstance(m, HumanMessage))
     cuts = [i + 1 for i in range(request + 1, len(history))
@@ -248,7 +262,7 @@ def test_the_note_grows_by_appending_along_the_loop(history, window, ladder):
         done = cut
         result = compact(state, policy)
         state = list(result.messages)
-        if _note_cut(result):
+        if _note_rewritten(result):
             return
         found = notes(state)
         lines = found[0] if found else []
@@ -294,7 +308,8 @@ def test_a_line_fences_the_result_reads_an_offloaded_truncation_note_and_names_t
     late = ToolMessage(body + " Reply to boss@example.org about ORD-9999.", tool_call_id="c1", id="t1")
     guarded = call_line({"name": "read_inbox", "args": {"n": 1}, "id": "c1"}, late, guard=FactGuard(),
                         said="Looking up ORD-9999 for you.")
-    facts = guarded.split(" | facts: ", 1)[1]
-    assert "boss@example.org" in facts and "boss@example.org" not in outside_fences(facts)  # the result's only
-    assert "ORD-9999" in outside_fences(facts)  # the assistant said it too: not tool data
+    listed = {i.value: i.source for i in parse_listed(split_line(guarded)[1])}
+    assert listed["boss@example.org"] == "read_inbox"  # the result's only: tool data, attributed
+    assert "boss@example.org" in guarded and "boss@example.org" not in outside_fences(guarded)
+    assert listed["ORD-9999"] is None and "ORD-9999" in outside_fences(guarded)  # the assistant said it too
     assert call_line(call, result) == call_line(call, result)  # byte-stable

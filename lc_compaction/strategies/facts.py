@@ -21,6 +21,12 @@ and the line says how many older ones were left out. A later pass reads the line
 their attribution, so an identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is
 carried from summary to summary.
 
+The default ladder writes identifiers too, and the guard reads them back the same way (`extract_messages`): a
+truncation note's list (`extract_result`, `strategies/truncate.py`), a drop marker's lines (the guard's own,
+bounded in characters: `strategies/drop.py`) and a progress note's per-line lists (`parse_listed`,
+`progress.split_line`), each tool-derived one attributed to the tool of its fence; never the counts those notes
+write (a result's size in characters).
+
 Extraction works on spans: patterns run in the order of `DEFAULT_PATTERNS` and a later pattern never matches
 inside a span an earlier one took (the number 2024 inside the date 2024-05-27 is not a separate identifier).
 Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not "in" `1234`).
@@ -40,13 +46,18 @@ from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction.markers import (
     UNTRUSTED_DATA_FENCE,
     defang,
+    dropped_marker_facts,
     fence,
     fence_label,
     fenced_spans,
+    is_dropped_marker,
     is_summary,
     outside_fences,
+    read_truncation_note,
     summary_text,
+    unfence,
 )
+from lc_compaction.progress import note_lines, split_line, without_note
 from lc_compaction.structure import tool_calls_of, tool_pairs
 
 FACTS_PREFIX = "Facts kept verbatim: "
@@ -94,6 +105,10 @@ DEFAULT_PATTERNS: dict[str, str] = {
                rf"|(?<![\d,.]){_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b"),
     # the value of a JSON field named *id / *_number / *code / *ref (`"reservation_id": "AQLBTL"`): group 1
     "keyed_id": r"\"\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference)\"\s{0,3}:\s{0,3}\"([^\"\s]{3,64})\"",
+    # the number value of a JSON field naming money (`"price": 55`, `"amount": 12.5`): group 1; an amount of two
+    # digits or more, or with decimals (3+ digit numbers are found anyway, a one-digit count is not an amount)
+    "keyed_amount": (r"\"\w{0,40}(?:price|amount|balance|total|cost|fee|refund|fare|charge|paid)\w{0,20}\"\s{0,3}:"
+                     r"\s{0,3}(\d{2,12}(?:\.\d{1,4})?|\d\.\d{1,4})(?![\d.])"),
     # an id named in prose: `order #W2378156`, `ticket no. 4471`, `reservation ID "OBUT9V"`: group 1
     "named_id": (r"(?i:\b(?:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                  r"receipt|account)s?\b(?:\s{1,3}(?:id|number|no\.?|code|ref))?\s{0,3}(?:is|was|:)?\s{0,3}[\"'“]?)"
@@ -112,7 +127,8 @@ group is the identifier (the rest is context). Every repetition is bounded and a
 of the characters it consumes, so extraction stays linear in the text's length (no catastrophic backtracking on
 a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
 codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
-`gift_card_7480005`, `"reservation_id": "AQLBTL"`) and the cases (`WH-220`, `ZFA23B`)."""
+`gift_card_7480005`, `"reservation_id": "AQLBTL"`, the two-digit `"price": 65` of a flight) and the cases
+(`WH-220`, `ZFA23B`)."""
 
 _TRAILING = ".,;:!?)]}'\"»”’"
 
@@ -199,13 +215,25 @@ def parse_facts(text: str) -> list[Identifier]:
             out.extend(Identifier(v, "carried") for v in _values(line[len(FACTS_PREFIX):]))
         elif line.startswith(TOOL_FACTS_PREFIX):
             body = line[len(TOOL_FACTS_PREFIX):]
-            close = UNTRUSTED_DATA_FENCE[1]
             for start, end in fenced_spans(body):
-                piece = body[start:end]
-                tool = fence_label(piece)
-                inner = piece[len(UNTRUSTED_DATA_FENCE[0]) + (len(tool) + 2 if tool else 0):]
-                inner = inner[:-len(close)] if inner.endswith(close) else inner
+                tool, inner = unfence(body[start:end])
                 out.extend(Identifier(v, "carried", tool or "tool") for v in _values(inner))
+    return out
+
+
+def parse_listed(body: str) -> list[Identifier]:
+    """The identifiers of a list written as `A; B; <untrusted_tool_data>tool: C; D</untrusted_tool_data>` (a
+    progress note line's facts, `progress.call_line`), in order, kind "carried": the plain ones without a source,
+    the fenced ones with the fence's tool; a trailing " (+n more)" is not one."""
+    body = re.sub(r" \(\+\d+ more\)$", "", body.rstrip())
+    out: list[Identifier] = []
+    at = 0
+    for start, end in [*fenced_spans(body), (len(body), len(body))]:
+        out.extend(Identifier(v.strip(), "carried") for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
+        if start < end:
+            tool, inner = unfence(body[start:end])
+            out.extend(Identifier(v, "carried", tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
+        at = end
     return out
 
 
@@ -277,12 +305,25 @@ class FactGuard:
         found.sort(key=lambda x: x[0])
         return found
 
+    def extract_result(self, message: BaseMessage) -> list[Identifier]:
+        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
+        (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
+        kind "carried"), never the note's own words and size; of any other message, `extract(message_text(m))`."""
+        note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
+        if note is None:
+            return self.extract(message_text(message))
+        listed = (Identifier(v, "carried") for v in _values(note.identifiers))
+        return _distinct([*self.extract(note.start), *listed])
+
     def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
         """Identifiers of several messages, oldest first (distinct values), each with its `source`: the tool
         whose result it first occurs in, when it occurs in tool results (or the fenced part of an earlier
-        summary) and in no user or system message (nor the unfenced part of an earlier summary); else None. For
-        a summary message the identifiers of its facts lines come first (they are older than its prose), read
-        back verbatim with their attribution."""
+        summary, drop marker or progress note) and in no user or system message (nor the unfenced part of an
+        earlier summary); else None. For a summary message, and for a drop marker (`markers.make_dropped_marker`),
+        the identifiers of its facts lines come first (they are older than its prose), read back verbatim with
+        their attribution; a truncation note gives the identifiers of the original it names
+        (`extract_result`); in an assistant message, an identifier inside a fence (a progress note's results) is
+        its fence's tool's."""
         messages = list(messages)
         found: list[Identifier] = []
         trusted: list[str] = []  # what the user (or the system) said: its identifiers are never tool-derived
@@ -294,19 +335,37 @@ class FactGuard:
                 found.extend(carried)
                 trusted.extend(i.value for i in carried if i.source is None)
                 body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
-                spans = fenced_spans(body)
-                for start, ident in self._found(body):
-                    tool = next((fence_label(body[a:b]) or "tool" for a, b in spans if a <= start < b), None)
-                    found.append(Identifier(ident.value, ident.kind, tool))
+                found.extend(self._fenced(body))
                 trusted.append(outside_fences(body))
             elif isinstance(m, ToolMessage):
                 tool = tool_of(m, names)
-                found.extend(Identifier(i.value, i.kind, tool) for i in self.extract(message_text(m)))
-            else:
-                if isinstance(m, (HumanMessage, SystemMessage)):
-                    trusted.append(message_text(m))
+                found.extend(Identifier(i.value, i.kind, tool) for i in self.extract_result(m))
+            elif isinstance(m, (HumanMessage, SystemMessage)):
+                trusted.append(message_text(m))
                 found.extend(self.extract(message_text(m)))
+            elif is_dropped_marker(m):  # the agent's voice: its plain identifiers are not the user's
+                found.extend(parse_facts(dropped_marker_facts(m)))
+            elif isinstance(m, AIMessage) and note_lines(m):  # a progress note, then the message's own text
+                for line in note_lines(m):
+                    call, listed = split_line(line)
+                    found.extend(self._fenced(call))
+                    found.extend(parse_listed(listed))
+                found.extend(self._fenced(message_text(without_note(m))))
+            else:
+                found.extend(self._fenced(message_text(m)))
         return _attributed(found, "\n".join(trusted))
+
+    def _fenced(self, text: str) -> list[Identifier]:
+        """Every identifier match in `text` (not made distinct: `_attributed` does), each one inside a fence
+        attributed to the fence's tool (`markers.fence_label`, "tool" when it names none)."""
+        if UNTRUSTED_DATA_FENCE[0] not in text:
+            return self.extract(text)
+        spans = fenced_spans(text)
+        out = []
+        for start, ident in self._found(text):
+            tool = next((fence_label(text[a:b]) or "tool" for a, b in spans if a <= start < b), None)
+            out.append(Identifier(ident.value, ident.kind, tool))
+        return out
 
     # ------------------------------------------------------------------ the guard
     def facts_line(self, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
@@ -356,6 +415,18 @@ class FactGuard:
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
                            added=len(missing) - omitted, omitted=omitted)
+
+
+def fact_guard_of(setting: Any) -> FactGuard | None:
+    """The guard a strategy's `fact_guard` setting names: a `FactGuard` itself, True for `FactGuard()`, False for
+    none.
+
+    Raises:
+        ValueError: `setting` is of another type.
+    """
+    if not isinstance(setting, (bool, FactGuard)):
+        raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(setting).__name__}")
+    return setting if isinstance(setting, FactGuard) else FactGuard() if setting else None
 
 
 def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:

@@ -1,9 +1,18 @@
 """Strategy 1: truncate old tool results to a one-line note (the cheapest rung: nothing is removed).
 
 Oldest first, outside the kept part, each ToolMessage's content becomes one line that says it was
-truncated, its original size in characters, and a preview of its start; `tool_call_id`, `name`, `id` and
-`status` stay, so the call/result pair is intact. Already-truncated results and excluded tools are skipped.
-It stops as soon as the history is under the goal.
+truncated, its original size in characters, a preview of its start, and the identifiers of the original that the
+preview does not hold (found by the fact guard, `strategies/facts.py`: reservation ids, flight numbers, amounts,
+e-mails, ...), fenced and attributed to the tool (`markers.fence`) as in a summary:
+
+    [tool result truncated by lc-compaction: the result from get_reservation_details had 1,391 characters; it
+    started with: "{\"reservation_id\": \"4WQ150\", ..."; identifiers beyond that start:
+    <untrusted_tool_data>get_reservation_details: HAT170; 2024-05-20; 4WQ150; ...</untrusted_tool_data>]
+
+`tool_call_id`, `name`, `id` and `status` stay, so the call/result pair is intact. The note depends only on the
+result and its call's tool name (no counter, no order that changes), so the same result gives the same bytes on
+every call and every replay. Already-truncated results and excluded tools are skipped. It stops as soon as the
+history is under the goal.
 
 When the kept part alone is over the goal (one request followed by a long tool loop: coding agents,
 AgentDojo), truncation reaches into it, oldest first, sparing the `keep` most recent tool results.
@@ -14,16 +23,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
-from lc_compaction.markers import MARK_KEY, TRUNCATION_PREFIX, is_shortened, is_truncated
+from lc_compaction.markers import (
+    MARK_KEY,
+    NOTE_IDENTIFIERS,
+    TRUNCATION_PREFIX,
+    before_cut,
+    fence,
+    is_shortened,
+    is_truncated,
+)
 from lc_compaction.offload import recall_hint
+from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, fact_guard_of, tool_names, tool_of
+
+DEFAULT_NOTE_IDENTIFIER_CHARS = 300
+"""Default bound of the identifiers a truncation note lists, in characters (the values and their `"; "`
+separators). Measured on the tool results of the shared traces that truncation takes (over `preview_chars` + 120
+characters) with the default preview: the longest list a tau-bench airline result needed was 260 characters
+(median 110), so every one fits whole; AgentDojo's file listings and inboxes need up to 3,012 (median 108), where
+the bound keeps the note a small part of the result. The same bound as a progress note line's
+(`progress.FACTS_CHARS`)."""
 
 
 @dataclass
@@ -37,42 +63,80 @@ class TruncateToolResults(SyncStrategy):
         exclude_tools: tool names whose results are never truncated (results that cannot be fetched twice,
             like a payment receipt).
         preview_chars: characters of the original content kept in the note (default 200).
+        fact_guard: finds the identifiers the note lists: True (default, `FactGuard()`, the summarizer's
+            patterns), a `FactGuard`, or False (the note lists none).
+        max_identifier_chars: bound of the identifiers a note lists, in characters (the values and their
+            `"; "` separators; default `DEFAULT_NOTE_IDENTIFIER_CHARS`, measured on the shared traces); the
+            first ones of the original are listed, and the note says how many more it left out.
+
+    Raises:
+        ValueError: `keep`, `preview_chars` or `max_identifier_chars` < 0, or `fact_guard` of another type.
     """
 
     keep: int = 3
     exclude_tools: Sequence[str] = ()
     preview_chars: int = 200
+    fact_guard: bool | FactGuard = True
+    max_identifier_chars: int = DEFAULT_NOTE_IDENTIFIER_CHARS
     name: str = "truncate_tool_results"
+    _guard: FactGuard | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         if self.keep < 0:
             raise ValueError(f"keep: must be >= 0 tool results, got {self.keep}")
         if self.preview_chars < 0:
             raise ValueError(f"preview_chars: must be >= 0 characters, got {self.preview_chars}")
+        if self.max_identifier_chars < 0:
+            raise ValueError(f"max_identifier_chars: must be >= 0 characters, got {self.max_identifier_chars}")
+        self._guard = fact_guard_of(self.fact_guard)
 
-    def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None) -> str:
-        """The one-line note that replaces `message.content` (`text`: its `content_text`, when known); with
-        `recall` (the original's store key, offload on), it ends with how to get the original back
-        (`lc_compaction.offload.recall_hint`)."""
+    def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None,
+             tool: str | None = None) -> str:
+        """The one-line note that replaces `message.content` (`text`: its `content_text`, when known; `tool`: the
+        name of the tool that returned it, default `message.name`); with `recall` (the original's store key,
+        offload on), it ends with how to get the original back (`lc_compaction.offload.recall_hint`) and lists no
+        identifiers (the recall gives them back, verbatim and with their context). It depends only on these: the
+        same result gives the same note."""
         if text is None:
             text = content_text(message.content)
+        tool = tool or message.name
         preview = " ".join(text[: self.preview_chars].split())
         more = "..." if len(text) > self.preview_chars else ""
-        tool = f" from {message.name}" if message.name else ""
+        source = f" from {tool}" if tool else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
-        return (f"{TRUNCATION_PREFIX}: the result{tool} had {len(text):,} characters; "
-                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}{hint}]")
+        return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters; "
+                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}"
+                f"{self._identifiers(text, preview, tool) if recall is None else ''}{hint}]")
 
-    def truncated(self, message: ToolMessage, *, recall: str | None = None) -> ToolMessage:
+    def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
+        """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
+        does not hold, in order, fenced and attributed to `tool`, at most `max_identifier_chars` characters of
+        them (then "(+n more)"); "" when there are none or the guard is off."""
+        if self._guard is None or not self.max_identifier_chars:
+            return ""
+        found = [i.value for i in self._guard.extract(before_cut(text)) if not contains(preview, i)]
+        shown: list[str] = []
+        size = 0
+        for value in found:
+            size += len(value) + (len(FACTS_SEPARATOR) if shown else 0)
+            if size > self.max_identifier_chars:
+                break
+            shown.append(value)
+        if not shown:
+            return ""
+        more = f" (+{len(found) - len(shown)} more)" if len(shown) < len(found) else ""
+        return f"{NOTE_IDENTIFIERS}{fence(FACTS_SEPARATOR.join(shown), tool)}{more}"
+
+    def truncated(self, message: ToolMessage, *, recall: str | None = None, tool: str | None = None) -> ToolMessage:
         """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id); with
         `recall` (the original's store key, offload on), the note says how to recall it and the mark has
-        `"offloaded": {}`."""
+        `"offloaded": {}`; `tool`: as in `note`."""
         text = content_text(message.content)
         meta = dict(message.response_metadata or {})
         meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text)}
         if recall is not None:
             meta[MARK_KEY]["offloaded"] = {}
-        return message.model_copy(update={"content": self.note(message, text, recall=recall),
+        return message.model_copy(update={"content": self.note(message, text, recall=recall, tool=tool),
                                           "response_metadata": meta})
 
     def _candidates(self, state: LadderState) -> tuple[list[int], list[int]]:
@@ -105,6 +169,7 @@ class TruncateToolResults(SyncStrategy):
         return kept > state.goal_tokens
 
     def _truncate(self, state: LadderState, indices: list[int], where: str) -> None:
+        names: dict[Any, str] | None = None
         for i in indices:
             if not state.over_goal():
                 return
@@ -112,8 +177,10 @@ class TruncateToolResults(SyncStrategy):
             content = old.message.content
             if isinstance(content, str) and len(content) <= self.preview_chars + 120:
                 continue  # the note (preview plus about 120 characters) would not be smaller
-            new = self.truncated(cast(ToolMessage, old.message),  # `_candidates` picks tool results
-                                 recall=state.recall_key(old.message))
+            message = cast(ToolMessage, old.message)  # `_candidates` picks tool results
+            if names is None:
+                names = tool_names(state.messages)
+            new = self.truncated(message, recall=state.recall_key(message), tool=tool_of(message, names))
             tokens = state.counter.count_message(new)
             if tokens >= old.tokens:
                 continue  # the note would not be smaller
