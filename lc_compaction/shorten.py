@@ -268,8 +268,8 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
 def last_resort(state: LadderState, budget: int, goal: int | None = None) -> None:
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
-    `goal` (tokens, below `budget`: the policy's target): older messages that are not pinned are cut down toward
-    it rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
+    `goal` (tokens, below `budget`: the policy's target): when cutting every candidate could reach it, older
+    messages that are not pinned are cut down toward it rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
     cut that leaves the history at the budget is redone at the next call, breaking the cached prefix each time).
     Pinned messages and summaries (their fact lines end them) are only ever cut to fit the budget; the most recent
     step (the results the model has not read yet) is cut to leave room for one more step as large as it was:
@@ -305,7 +305,9 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
     tried: set[int] = set()
-    low = budget if goal is None else min(goal, budget)
+    # toward the target only when cutting can reach it (else, as before the target, to the budget: cutting every
+    # message to nothing toward an unreachable target would only destroy what still fits)
+    low = budget if goal is None or floor > goal else min(goal, budget)
     while state.total() > budget:
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
