@@ -66,7 +66,9 @@ StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
 "nothing_removable" (triggered, nothing could be done, still within budget), "strategy_failed" (triggered, nothing
 was changed, and a strategy could not do its work: the summarizer's model failed, timed out or is cooling down
-after a failure; `details["failures"]` names the strategy and the error), "pinned_over_budget"."""
+after a failure; `details["failures"]` names the strategy and the error), "below_clear_at_least" (the history
+fit the budget and the compaction would have reclaimed fewer than `policy.clear_at_least` tokens: nothing was
+changed), "pinned_over_budget"."""
 
 
 @dataclass
@@ -201,6 +203,10 @@ class _Compaction:
         self.repair = policy.repairs_by_default(False) if repair is None else repair
         self.budget = policy.budget_tokens()
         self.goal_tokens, self.goal_messages = policy.target_goal()
+        least = policy.clear_at_least
+        if least and self.triggered:  # reclaim at least `clear_at_least` tokens (LangChain's meaning)
+            goal = self.tokens_before - least
+            self.goal_tokens = goal if self.goal_tokens is None else min(self.goal_tokens, goal)
         self.repairs: list[Repair] = []
         self.state: LadderState | None = None
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
@@ -322,6 +328,10 @@ class _Compaction:
         st = self.state
         assert st is not None
         st.check("the ladder")
+        least = self.policy.clear_at_least
+        if (least and self.ladder_ran and st.actions and (self.budget is None or self.tokens_before <= self.budget)
+                and self.tokens_before - st.total() < least):
+            return self.unchanged("below_clear_at_least")  # Anthropic's meaning: too small to pay for the prefix
         if self.budget is not None and st.total() > self.budget:
             reason = "pinned_over_budget"
         elif not self.ladder_ran:

@@ -143,10 +143,18 @@ class CompactionPolicy:
             `billing.DEFAULT_CACHED_PRICE` (0.1: Anthropic cache reads, OpenAI's gpt-5 family, DeepSeek); 0.5 for
             gpt-4o, 0.25 for Gemini, 1.0 for a provider without prompt caching. The replay bills at this price
             unless given another `billing.PromptCache`.
+        clear_at_least: the fewest tokens a compaction may reclaim, with the name and both meanings of the
+            parameter in LangChain's `ClearToolUsesEdit` and Anthropic's context editing: once triggered, the
+            ladder goes on until it has reclaimed at least this many tokens (the goal is lowered to the size
+            before minus this, when that is below the target), and a compaction that still reclaims fewer while
+            the history fits the budget is not applied (`stop_reason` "below_clear_at_least"): a small compaction
+            costs the provider's cached prefix and buys little. Default 0: the target's distance below the trigger
+            is the minimum (with the default trigger, the budget, at least `budget - target` tokens).
 
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
-            `token_counter`, `strategies`, `offload`, `offload_above`, `deduplicate`, `cached_price`) that is invalid.
+            `token_counter`, `strategies`, `offload`, `offload_above`, `deduplicate`, `cached_price`,
+            `clear_at_least`) that is invalid.
     """
 
     max_input_tokens: int | None = None
@@ -163,6 +171,7 @@ class CompactionPolicy:
     offload_above: int | None = DEFAULT_OFFLOAD_ABOVE
     deduplicate: bool = True
     cached_price: float = DEFAULT_CACHED_PRICE
+    clear_at_least: int = 0
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
 
@@ -174,6 +183,9 @@ class CompactionPolicy:
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 <= price <= 1:
             raise ValueError(f"cached_price: must be a number from 0 to 1 (a cached token's price over an uncached "
                              f"one), got {price!r}")
+        least = self.clear_at_least
+        if isinstance(least, bool) or not isinstance(least, int) or least < 0:
+            raise ValueError(f"clear_at_least: must be a non-negative int (tokens), got {least!r}")
         if not isinstance(self.deduplicate, bool):
             raise ValueError(f"deduplicate: must be True or False, got {self.deduplicate!r}")
         if self.repair is not None and not isinstance(self.repair, bool):

@@ -269,8 +269,9 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     """Cut messages in place until `state` fits `budget` tokens, or do nothing when it cannot fit.
 
     `goal` (tokens, below `budget`: the policy's target): when cutting every candidate could reach it, older
-    messages that are not pinned are cut down toward it rather than just to the budget, so that the next calls have room to grow before anything is cut again (a
-    cut that leaves the history at the budget is redone at the next call, breaking the cached prefix each time).
+    messages that are not pinned are cut down toward it rather than just to the budget, so that the next calls
+    have room to grow before anything is cut again (a cut that leaves the history at the budget is redone at the
+    next call, breaking the cached prefix each time).
     Pinned messages and summaries (their fact lines end them) are only ever cut to fit the budget; the most recent
     step (the results the model has not read yet) is cut to leave room for one more step as large as it was:
     toward `max(goal, budget - its tokens)`, so that a result too large for the window is not cut to fit exactly

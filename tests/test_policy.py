@@ -123,3 +123,38 @@ def test_the_cached_price_sets_when_the_default_trigger_fires():
     for bad in (-0.1, 1.5, True, "0.1", float("nan")):
         with pytest.raises(ValueError, match="cached_price"):
             CompactionPolicy(max_input_tokens=10_000, cached_price=bad)
+
+
+def test_clear_at_least_goes_on_until_that_much_is_reclaimed_or_changes_nothing():
+    """`clear_at_least` (tokens), both meanings (ClearToolUsesEdit and Anthropic's context editing): once
+    triggered, the ladder reclaims at least that many tokens (deeper than the target when needed); and when the
+    history fits the budget and the ladder cannot reclaim that much, nothing is applied."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from lc_compaction import compact
+
+    def history(n: int) -> list:
+        out: list = [HumanMessage("Please check the orders.", id="h0")]
+        for k in range(n):
+            out += [AIMessage("", id=f"a{k}", tool_calls=[{"name": "lookup", "args": {"k": k}, "id": f"c{k}"}]),
+                    ToolMessage(f"order {k}: " + f"line {k} of the order record. " * 60, tool_call_id=f"c{k}",
+                                id=f"t{k}", name="lookup")]
+        return out
+
+    msgs = history(8)
+    base = CompactionPolicy(max_input_tokens=10_000, trigger=("tokens", 3_900))
+    plain = compact(msgs, base)
+    assert plain.triggered and plain.compacted
+    reclaimed = plain.tokens_before - plain.tokens_after
+    most = compact(msgs, CompactionPolicy(max_input_tokens=10_000, trigger=("tokens", 3_900), target=("tokens", 1)))
+    most_reclaimed = most.tokens_before - most.tokens_after
+    assert most_reclaimed > reclaimed + 200  # the scenario: the ladder could go deeper than the target
+    least = (reclaimed + most_reclaimed) // 2
+    deeper = compact(msgs, CompactionPolicy(max_input_tokens=10_000, trigger=("tokens", 3_900), clear_at_least=least))
+    assert deeper.compacted and deeper.tokens_before - deeper.tokens_after >= least
+    never = compact(msgs, CompactionPolicy(max_input_tokens=10_000, trigger=("tokens", 3_900),
+                                           clear_at_least=plain.tokens_before))  # cannot reclaim everything
+    assert never.stop_reason == "below_clear_at_least" and never.messages is msgs and not never.compacted
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="clear_at_least"):
+            CompactionPolicy(max_input_tokens=10_000, clear_at_least=bad)
