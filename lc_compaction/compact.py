@@ -27,7 +27,9 @@ The ladder, in order:
    one more like it: `shorten.last_resort`): unpinned ones first, then pinned ones, the latest request last, the
    largest first in each group; the system prompt never. Nothing is cut when cutting cannot make it fit. If even
    that cannot make it fit, `fits` is False and `stop_reason` is "pinned_over_budget".
-6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`.
+6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`. A
+   compaction never returns a history larger than its input (notes and markers that would cost more than what
+   they stand for): the input comes back as it is, stop reason "nothing_removable" (or "pinned_over_budget").
 """
 
 from __future__ import annotations
@@ -328,6 +330,9 @@ class _Compaction:
         st = self.state
         assert st is not None
         st.check("the ladder")
+        if st.total() > self.tokens_before:  # markers and notes cost more than what they stand for: never grow
+            over = self.budget is not None and self.tokens_before > self.budget
+            return self.unchanged("pinned_over_budget" if over else "nothing_removable")
         least = self.policy.clear_at_least
         if (least and self.ladder_ran and st.actions and (self.budget is None or self.tokens_before <= self.budget)
                 and self.tokens_before - st.total() < least):

@@ -327,3 +327,27 @@ def test_a_compaction_after_a_tallied_call_does_not_recount_the_prefix():
     # the 4 new messages, and the drop marker: its cost once when the drop is planned, once when it is put in
     assert lookups(counter) - before == 4 + 1 + markers
     assert result.tokens_after == counter.count_messages(result.messages)
+
+
+def test_a_compaction_never_returns_a_history_larger_than_its_input():
+    """Where what a strategy puts in place (a note, a marker) costs more than what it removes, the input comes
+    back unchanged instead of a larger history (compact.py, step 6)."""
+    from lc_compaction.ladder import SyncStrategy
+
+    class Inflate(SyncStrategy):
+        name = "inflate"
+
+        def apply(self, state):  # replaces the first tool result by a longer one: a strategy gone wrong
+            for i, slot in enumerate(state.slots):
+                if isinstance(slot.message, ToolMessage):
+                    state.replace(i, slot.message.model_copy(update={"content": "x " * 4_000}), strategy=self.name,
+                                  kind="truncated")
+                    return
+
+    history = [HumanMessage("q", id="h"),
+               AIMessage("", id="a", tool_calls=[{"name": "t", "args": {}, "id": "c"}]),
+               ToolMessage("r " * 500, tool_call_id="c", id="t")]
+    result = compact(history, CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 10),
+                                               strategies=[Inflate()]))
+    assert result.messages is history and not result.compacted
+    assert result.tokens_after == result.tokens_before and result.stop_reason == "nothing_removable"
