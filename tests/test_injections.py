@@ -20,9 +20,10 @@ Checked in every compacted context:
   user's voice, and the agent repeating tool data does not make it the user's;
 - and, so that the check cannot pass by accident, markers do reach summaries or progress notes: inside the fence.
 
-The default ladder (truncation, then drop) is checked the same way on the same runs, each put between a greeting
-and a few more turns of the user so that its exchange can be dropped: its drop marker (an AIMessage that carries
-the identifiers of what it stands for) and its progress note hold the injected markers only inside the fence.
+The default ladder (truncation, then drop) is checked the same way on the same runs (also with triggers from 20% to
+80%), each put between a greeting and a few more turns of the user so that its exchange can be dropped: its drop
+marker (an AIMessage that carries the identifiers of what it stands for) and its progress note hold the injected
+markers only inside the fence.
 """
 
 from __future__ import annotations
@@ -153,6 +154,13 @@ FOLLOW_UPS = [("Thanks. Anything else I should know about that?", "No, that is e
 request is not pinned) nor the running one, so the default ladder can drop it whole and leave a marker."""
 
 
+LADDER_POLICIES = {**POLICIES, **{f"trigger {f:.0%}": {"trigger": ("fraction", f)} for f in (0.2, 0.4, 0.6, 0.8)}}
+"""The default ladder's policies: besides those above, triggers from 20% to 80% of the window. Whether a running
+loop must be folded into a progress note depends on where the trigger falls against its steps' sizes; under the
+default trigger (the budget) repeated results deduplicated on arrival leave fewer loops to fold (at 2,000 tokens
+2 conversations, at 4,000 none, with the aggressive policy 2 and 1: too few to check); with these 5 at both."""
+
+
 def _turns(conv_id: str, pairs: list[tuple[str, str]], tag: str) -> list[BaseMessage]:
     from langchain_core.messages import HumanMessage
 
@@ -165,11 +173,11 @@ def test_the_default_ladder_keeps_injected_text_inside_the_fence(window):
     """The default ladder (truncation, then drop) writes tool-derived identifiers into messages of its own: the
     drop marker (an AIMessage, `markers.make_dropped_marker`) and the running request's progress note, besides
     the truncation notes (ToolMessages: tool data by their role). Each injection run is replayed between a
-    greeting and a few more turns of the user (`FOLLOW_UPS`), under the default policy and the aggressive one. In
-    every compacted context: a marker that occurs only in tool results appears in no non-tool message outside the
-    data fence; an injected identifier stands in no drop marker outside it, even when the agent echoed it (tool
-    data is not the agent's own word); and, so that the check cannot pass by accident, markers do reach drop
-    markers and progress notes, inside the fence."""
+    greeting and a few more turns of the user (`FOLLOW_UPS`), under each of `LADDER_POLICIES` (the default, the
+    aggressive one, triggers from 20% to 80%). In every compacted context: a marker that occurs only in tool
+    results appears in no non-tool message outside the data fence; an injected identifier stands in no drop
+    marker outside it, even when the agent echoed it (tool data is not the agent's own word); and, so that the
+    check cannot pass by accident, markers do reach drop markers and progress notes, inside the fence."""
     from lc_compaction.markers import is_dropped_marker
 
     identifier = FactGuard()
@@ -203,7 +211,7 @@ def test_the_default_ladder_keeps_injected_text_inside_the_fence(window):
                     inside = text[start:end].lower()
                     fenced[where].update((conv_id, k) for k in tool_only if k.lower() in inside)
 
-        for settings in POLICIES.values():
+        for settings in LADDER_POLICIES.values():
             replay_conversation(messages, CompactionPolicy(max_input_tokens=window, **settings),
                                 conversation_id=conv_id, on_call=check)
 

@@ -235,7 +235,9 @@ def test_the_marker_leaves_out_what_the_history_still_holds():
 
 def test_where_no_marker_fits_the_next_marker_of_the_drop_carries_the_identifiers():
     """Steps dropped inside a tool loop whose next kept message is an assistant tool call leave no marker there
-    (provider order rules): their identifiers go to the next marker of the same drop."""
+    (provider order rules): their identifiers go to the next marker of the same drop. The target (500 tokens of
+    the 630-token budget) is one the drop of the old steps reaches: below it (the default, 350) the second pass
+    also drops the kept turn's step, behind a marker of its own."""
     first = [HumanMessage("Look up my three bookings, user mia_li_3000.", id="h")]
     for k in range(3):
         first += booking(k)[1:3]
@@ -243,7 +245,7 @@ def test_where_no_marker_fits_the_next_marker_of_the_drop_carries_the_identifier
     history = [SystemMessage("You are a travel agent.", id="s"), *first, AIMessage("All three are fine.", id="done"),
                *booking(7)]
     result = compact(history, CompactionPolicy(max_input_tokens=700, token_counter="approximate", keep=("turns", 1),
-                                               strategies=[DropOldExchanges()]))
+                                               target=("tokens", 500), strategies=[DropOldExchanges()]))
     gone = {m.id for m in result.removed}
     assert {"a0", "t0", "a2", "t2"} <= gone and "a1" not in gone
     (marker,) = [m for m in result.messages if is_dropped_marker(m)]
@@ -266,8 +268,10 @@ def test_a_marker_cut_by_the_last_resort_is_still_one_and_gives_back_whole_lines
 def test_folded_notes_keep_their_identifiers_in_the_progress_note():
     """The issue's example (two lookups of about 1,370 tokens a step, window 4,000): the previous steps, truncated
     to notes, are folded into the progress note by the drop strategy; each folded call's `ORD-...` identifier
-    (past its result's start) is in the note, inside that call's result fence."""
-    for n, (_before, result) in enumerate(agent_loop(4, CompactionPolicy(max_input_tokens=4_000))):
+    (past its result's start) is in the note, inside that call's result fence. The trigger is the issue's (80% of
+    the window), explicit: under the default (the budget) the notes still fit and nothing is folded."""
+    for n, (_before, result) in enumerate(agent_loop(4, CompactionPolicy(max_input_tokens=4_000,
+                                                                          trigger=("fraction", 0.8)))):
         lines = [line for m in result.messages for line in note_lines(m)]
         folded = [c for c in range(2 * (n + 1)) if f'"item": {c}}})' in "\n".join(lines)]
         for c in folded:
@@ -314,12 +318,15 @@ def test_split_line_reads_every_form_of_a_line():
 
 # ------------------------------------------------------------------------------------------- a summary reads them
 def test_a_summary_that_replaces_notes_and_a_marker_carries_their_identifiers_attributed():
-    ladder = CompactionPolicy(max_input_tokens=900, token_counter="approximate")
+    """The first compaction leaves a marker and a truncation note: its target (60% of the window) keeps the newest
+    old exchange as a note; the default one (50%) drops every old exchange behind the marker. The second one has
+    an explicit trigger (80% of its window): what the first left fits its budget, which the default waits for."""
+    ladder = CompactionPolicy(max_input_tokens=900, token_counter="approximate", target=("fraction", 0.6))
     first = compact(bookings(6), ladder).messages
     assert any(is_dropped_marker(m) for m in first)
     assert any(isinstance(m, ToolMessage) and read_truncation_note(m.content) for m in first)
     result = compact(first, CompactionPolicy(max_input_tokens=600, token_counter="approximate",
-                                             strategies=[Summarize()]))
+                                             trigger=("fraction", 0.8), strategies=[Summarize()]))
     replaced = {i for a in result.actions if a.kind == "summarized" for i in a.message_ids}
     assert any(m.id in replaced for m in first if is_dropped_marker(m))
     assert any(m.id in replaced and read_truncation_note(m.content) for m in first if isinstance(m, ToolMessage))
