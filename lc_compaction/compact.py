@@ -29,7 +29,8 @@ The ladder, in order:
    that cannot make it fit, `fits` is False and `stop_reason` is "pinned_over_budget".
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`. A
    compaction never returns a history larger than its input (notes and markers that would cost more than what
-   they stand for): the input comes back as it is, stop reason "nothing_removable" (or "pinned_over_budget").
+   they stand for), unless it repaired the input: the input comes back as it is, stop reason "nothing_removable"
+   (or "pinned_over_budget").
 """
 
 from __future__ import annotations
@@ -330,7 +331,7 @@ class _Compaction:
         st = self.state
         assert st is not None
         st.check("the ladder")
-        if st.total() > self.tokens_before:  # markers and notes cost more than what they stand for: never grow
+        if not self.repairs and st.total() > self.tokens_before:  # notes cost more than what they replace: never grow
             over = self.budget is not None and self.tokens_before > self.budget
             return self.unchanged("pinned_over_budget" if over else "nothing_removable")
         least = self.policy.clear_at_least
