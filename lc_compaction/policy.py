@@ -294,10 +294,15 @@ class CompactionPolicy:
         tokens = value * self._window() if kind == "fraction" else value
         lows = self.trigger_tokens()
         budget = self.budget_tokens()
+        what = "the trigger ("
         if not lows and budget is not None and not self._message_thresholds():  # the default: the budget triggers
             lows = [budget]
+            what = "the budget (the default trigger: max_input_tokens - reserve, "
+        elif self.trigger is None and lows:  # the default trigger at a cached_price >= EARLY_TRIGGER_PRICE
+            what = f"the default trigger ({EARLY_TRIGGER_FRACTION:.0%} of the window at cached_price >= "
+            what += f"{EARLY_TRIGGER_PRICE}, "
         if lows and tokens >= min(lows):
-            raise ValueError(f"target: {tokens:.0f} tokens is not below the trigger ({min(lows):.0f} tokens)")
+            raise ValueError(f"target: {tokens:.0f} tokens is not below {what}{min(lows):.0f} tokens)")
 
     def is_triggered(self, tokens: int, n_messages: int) -> bool:
         """True when any trigger clause is exceeded (all thresholds of a clause strictly above), or the

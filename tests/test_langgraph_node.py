@@ -181,6 +181,32 @@ def test_window_comes_from_the_model_profile() -> None:
     assert CompactionNode(model=model, max_input_tokens=999).policy.max_input_tokens == 999
 
 
+def test_cached_price_reaches_the_policy_and_moves_the_default_trigger() -> None:
+    """`cached_price=0.5` (`policy.EARLY_TRIGGER_PRICE`): the default trigger is 80% of the window, so a history
+    between 80% of the window and the budget is compacted; at the default price it is under the trigger."""
+    history = plain_chat(8, 40)
+    tokens = CompactionPolicy(max_input_tokens=100_000).counter.count_messages(history)
+    window = int(tokens / 0.85)  # 80% of the window < tokens < the budget (90% of it)
+    node = CompactionNode(max_input_tokens=window, cached_price=0.5)
+    assert node.policy.cached_price == 0.5
+    assert node.policy.budget_tokens() is not None and tokens < node.policy.budget_tokens()
+    assert "messages" not in CompactionNode(max_input_tokens=window).invoke({"messages": history})
+    assert node.invoke({"messages": history})["messages"]
+
+
+def test_clear_at_least_reaches_the_policy() -> None:
+    """`clear_at_least` (tokens): a compaction that cannot reclaim that much while the history fits the budget
+    is not applied (stop reason "below_clear_at_least"); without it the same trigger compacts."""
+    history = plain_chat(8, 40)
+    tokens = CompactionPolicy(max_input_tokens=100_000).counter.count_messages(history)
+    settings = dict(max_input_tokens=100_000, trigger=("tokens", tokens // 2))
+    assert CompactionNode(**settings).invoke({"messages": history})["messages"]
+    node = CompactionNode(**settings, clear_at_least=tokens)  # cannot reclaim the whole history
+    assert node.policy.clear_at_least == tokens
+    update = node.invoke({"messages": history})
+    assert "messages" not in update and update["compaction"]["last"]["reason"] == "below_clear_at_least"
+
+
 def test_no_window_anywhere_is_a_clear_error() -> None:
     model = GenericFakeChatModel(messages=iter([]))
     with pytest.raises(ValueError, match="max_input_tokens"):

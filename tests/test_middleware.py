@@ -173,6 +173,39 @@ def test_a_policy_object_and_keyword_settings_give_the_same_result() -> None:
     assert events[0] == events[1] and events[0]["outcome"] == "compacted"
 
 
+def _event(history: list, mw: CompactionMiddleware) -> dict:
+    """The lc_compaction event of one agent call over `history` through `mw`."""
+    log = EventLog()
+    create_agent(ReplayChatModel(messages=iter(["done"])), [], middleware=[mw]).invoke(
+        {"messages": history}, {"callbacks": [log]})
+    assert len(log.events) == 1
+    return log.events[0]
+
+
+def test_cached_price_reaches_the_policy_and_moves_the_default_trigger() -> None:
+    """`cached_price=0.5` (`policy.EARLY_TRIGGER_PRICE`): the default trigger is 80% of the window, so a history
+    between 80% of the window and the budget is compacted; at the default price it is under the trigger."""
+    history = plain_chat(8, 40)
+    tokens = _event(history, CompactionMiddleware(max_input_tokens=100_000))["tokens_before"]
+    window = int(tokens / 0.85)  # 80% of the window < tokens < the budget (90% of it)
+    mw = CompactionMiddleware(max_input_tokens=window, cached_price=0.5)
+    assert mw.policy is not None and mw.policy.cached_price == 0.5
+    assert _event(history, CompactionMiddleware(max_input_tokens=window))["reason"] == "under_trigger"
+    assert _event(history, mw)["outcome"] == "compacted"
+
+
+def test_clear_at_least_reaches_the_policy() -> None:
+    """`clear_at_least` (tokens): a compaction that cannot reclaim that much while the history fits the budget
+    is not applied (stop reason "below_clear_at_least"); without it the same trigger compacts."""
+    history = plain_chat(8, 40)
+    tokens = _event(history, CompactionMiddleware(max_input_tokens=100_000))["tokens_before"]
+    settings = dict(max_input_tokens=100_000, trigger=("tokens", tokens // 2))
+    assert _event(history, CompactionMiddleware(**settings))["outcome"] == "compacted"
+    mw = CompactionMiddleware(**settings, clear_at_least=tokens)  # cannot reclaim the whole history
+    assert mw.policy is not None and mw.policy.clear_at_least == tokens
+    assert _event(history, mw)["reason"] == "below_clear_at_least"
+
+
 def test_truncation_only_is_stored_in_place() -> None:
     # ~1,700 tokens: over the 1,350-token budget (the default trigger)
     history = tool_loop(4, 80, tool="lookup_reservation", args=lambda i: {"reservation_id": f"R{i}"},

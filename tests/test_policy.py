@@ -77,6 +77,22 @@ def test_invalid_settings_raise_value_error_naming_the_setting(kwargs, setting):
         CompactionPolicy(**kwargs)
 
 
+def test_a_target_error_names_what_stands_in_for_an_unset_trigger():
+    # No trigger given: the budget (4,000 - 400) triggers, so the message names the budget, not "the trigger".
+    with pytest.raises(ValueError, match=r"^target: 3600 tokens is not below the budget \(the default trigger: "
+                                         r"max_input_tokens - reserve, 3600 tokens\)$"):
+        CompactionPolicy(max_input_tokens=4000, target=("tokens", 3600), token_counter="approximate")
+    # At a cached price of 0.5 the default trigger is 80% of the window (3,200 tokens).
+    with pytest.raises(ValueError, match=r"^target: 3300 tokens is not below the default trigger \(80% of the "
+                                         r"window at cached_price >= 0.5, 3200 tokens\)$"):
+        CompactionPolicy(max_input_tokens=4000, target=("tokens", 3300), cached_price=0.5,
+                         token_counter="approximate")
+    # A trigger of one's own is named as the trigger.
+    with pytest.raises(ValueError, match=r"^target: 3300 tokens is not below the trigger \(3000 tokens\)$"):
+        CompactionPolicy(max_input_tokens=4000, trigger=("tokens", 3000), target=("tokens", 3300),
+                         token_counter="approximate")
+
+
 def test_keep_turns_counts_requests_from_the_end():
     msgs = [HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3"), AIMessage("d", id="4"),
             HumanMessage("e", id="5")]

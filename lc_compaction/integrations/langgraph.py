@@ -119,6 +119,11 @@ class CompactionNode(Runnable[dict, Any]):
             model can read it back.
         deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
             True (`CompactionPolicy.deduplicate`).
+        cached_price: a cached input token's price over an uncached one (0 to 1) at the provider; at 0.5 or more
+            (`policy.EARLY_TRIGGER_PRICE`) the default trigger is 80% of the window instead of the budget. Default
+            0.1 (`CompactionPolicy.cached_price`, `billing.DEFAULT_CACHED_PRICE`).
+        clear_at_least: the fewest tokens a compaction may reclaim (`CompactionPolicy.clear_at_least`, the
+            meaning of LangChain's `ClearToolUsesEdit` and Anthropic's context editing); default 0.
 
     Returns (from `invoke` / `ainvoke` / calling it): the state update, a dict:
         rewrite: `{messages_key: [RemoveMessage(id=...) of each removed message, changed and new messages by
@@ -141,12 +146,14 @@ class CompactionNode(Runnable[dict, Any]):
                  keep: Any = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, token_counter: Any = None, model_name: str | None = None,
                  pin: Any = None, repair: bool | None = None, offload: Any = None,
-                 offload_above: int | None = None, deduplicate: bool | None = None) -> None:
+                 offload_above: int | None = None, deduplicate: bool | None = None,
+                 cached_price: float | None = None, clear_at_least: int | None = None) -> None:
         self.mode: Mode = check_mode(mode)
         self.policy = resolve_policy(
             policy, model=model, max_input_tokens=max_input_tokens, trigger=trigger, keep=keep, target=target,
             reserve=reserve, strategies=strategies, token_counter=token_counter, model_name=model_name, pin=pin,
-            repair=repair, offload=offload, offload_above=offload_above, deduplicate=deduplicate)
+            repair=repair, offload=offload, offload_above=offload_above, deduplicate=deduplicate,
+            cached_price=cached_price, clear_at_least=clear_at_least)
         self.messages_key = messages_key
         self.output_key = output_key
         self.memory_key = memory_key

@@ -102,6 +102,11 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             preview plus the handle). Default `policy.DEFAULT_OFFLOAD_ABOVE`.
         deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
             True (`CompactionPolicy.deduplicate`).
+        cached_price: a cached input token's price over an uncached one (0 to 1) at the provider; at 0.5 or more
+            (`policy.EARLY_TRIGGER_PRICE`) the default trigger is 80% of the window instead of the budget. Default
+            0.1 (`CompactionPolicy.cached_price`, `billing.DEFAULT_CACHED_PRICE`).
+        clear_at_least: the fewest tokens a compaction may reclaim (`CompactionPolicy.clear_at_least`, the
+            meaning of LangChain's `ClearToolUsesEdit` and Anthropic's context editing); default 0.
 
     Raises:
         ValueError: invalid settings (naming the setting), both a policy and settings, or (at the first model
@@ -117,7 +122,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                  max_input_tokens: int | None = None, target: Any = None, reserve: int | None = None,
                  strategies: Sequence[Any] | None = None, model_name: str | None = None, pin: Any = None,
                  repair: bool | None = None, offload: Any = None, offload_above: int | None = None,
-                 deduplicate: bool | None = None) -> None:
+                 deduplicate: bool | None = None, cached_price: float | None = None,
+                 clear_at_least: int | None = None) -> None:
         super().__init__()
         check_mode(mode)
         if isinstance(model, str):
@@ -128,7 +134,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         self._settings = dict(trigger=trigger, keep=keep, token_counter=token_counter, target=target,
                               reserve=reserve, strategies=strategies, model_name=model_name, pin=pin, repair=repair,
                               max_input_tokens=max_input_tokens, offload=offload, offload_above=offload_above,
-                              deduplicate=deduplicate)
+                              deduplicate=deduplicate, cached_price=cached_price,
+                              clear_at_least=clear_at_least)
         self._policies: dict[int | None, CompactionPolicy] = {}
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
