@@ -34,9 +34,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
+from lc_compaction._kinds import AI, kind
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.progress import note_lines, without_note
 from lc_compaction.structure import fill_missing_ids
 from lc_compaction.tally import CountTally
 
@@ -237,10 +239,14 @@ def _restore(result: CompactionResult, original: Sequence[BaseMessage], ids: set
     messages = list(result.messages)
     for i, m in enumerate(messages):
         before = by_id.get(m.id or "")
-        if before is not None and m is not before:
-            result.tokens_after += counter.count_message(before) - counter.count_message(m)
-            messages[i] = before
-            changed = True
+        if before is None or m is before:
+            continue
+        target = _own_part(before, m)
+        if target is m:
+            continue
+        result.tokens_after += counter.count_message(target) - counter.count_message(m)
+        messages[i] = target
+        changed = True
     if not changed:
         return
     result.messages = messages
@@ -249,6 +255,21 @@ def _restore(result: CompactionResult, original: Sequence[BaseMessage], ids: set
     if not result.fits:
         result.stop_reason = "pinned_over_budget"
     result.tally = None  # the next call recounts (this failure path only)
+
+
+def _own_part(before: BaseMessage, after: BaseMessage) -> BaseMessage:
+    """What a message whose write failed must be in the result (`before`: the input's, `after`: the result's):
+    `before`, except for the progress note a fold keeps in an assistant message's content (`progress.py`), which
+    is compaction's own text, not the message's: when `after` differs from `before` only in its note (the note
+    moved on to a later host, whose note has its lines; grew; or was made terse), `after` stays; when its own
+    content was changed too, it gets it back, without the note if the note moved on (its lines are in the new
+    host: two notes would name those calls twice)."""
+    if kind(before) != AI or not note_lines(before):
+        return before
+    target = without_note(before) if not note_lines(after) else before  # type: ignore[arg-type]
+    if without_note(after) == without_note(target):  # type: ignore[arg-type]
+        return after
+    return target
 
 
 def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target: OffloadTarget, *,
