@@ -16,7 +16,9 @@
    pinned, and what that run takes out instead is written in turn. When the store itself raised, every message is
    pinned for the rerun (nothing more could be written). A message the store could not take is never changed, not
    even by the last resort: if the call then exceeds the budget, `fits` is False and the model call may fail, but
-   nothing is lost. The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log
+   nothing is lost. (The progress note a fold put in an assistant message is compaction's text, not the
+   message's: it may still move on to a later host, `_own_part`, so a failed host never leaves two notes.)
+   The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log
    line.
 
 The thread comes from the run's config (`config["configurable"]["thread_id"]`); offload without one is a
