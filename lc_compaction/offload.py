@@ -47,9 +47,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from langchain_core.messages import BaseMessage, ToolMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message_to_dict, messages_from_dict
 
-from lc_compaction._kinds import TOOL, kind
+from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction.dedup import is_deduplicated
 from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
 
@@ -73,6 +73,7 @@ __all__ = [
     "is_offloaded",
     "large_arrivals",
     "offload_namespace",
+    "own_original",
     "plan_offloads",
     "preview_arrivals",
     "recall_chars",
@@ -310,6 +311,20 @@ def undeduplicated(message: BaseMessage, by_id: dict[str | None, BaseMessage]) -
     return message.model_copy(update={"content": source.content, "response_metadata": meta})
 
 
+def own_original(message: BaseMessage, by_id: dict[str | None, BaseMessage]) -> BaseMessage:
+    """The original of `message` as compaction first found it, what its store key holds: a deduplication note's
+    (`undeduplicated`), or an assistant message without the progress note a fold put in its content
+    (`progress.without_note`). The note is compaction's own text: its lines name calls whose steps are written
+    one by one under their own keys, and it grows at every fold, so a host written with it would be another
+    content under the same key at the next call that writes it (and a recall of it would answer the note); any
+    other message is returned as it is."""
+    from lc_compaction.progress import note_lines, without_note  # progress imports this module
+
+    if kind(message) == AI and note_lines(message):
+        return without_note(cast(AIMessage, message))
+    return undeduplicated(message, by_id)
+
+
 def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], removed: Iterable[BaseMessage],
                   keys: OffloadKeys | None = None, recall_chars: int | None = None) -> list[OffloadRecord]:
     """The originals a compaction result must write first: every input message it truncated, cut in place,
@@ -317,7 +332,8 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     `OffloadKeys(original)`), each with `recall_chars`. Messages that were already a note, a preview or a cut
     (their original is stored, or was never kept) are skipped, as are messages the compaction made itself (a
     summary). A deduplication note is written as its original, the content of the earlier result it names
-    (`undeduplicated`). O(input + actions)."""
+    (`undeduplicated`); an assistant message holding the running request's progress note as its own content,
+    without the note (`own_original`). O(input + actions)."""
     by_id: dict[str | None, BaseMessage] = {m.id: m for m in original if m.id}
     keys = keys if keys is not None else OffloadKeys(original)
     out: dict[tuple[str, str], OffloadRecord] = {}
@@ -325,7 +341,7 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     def add(message: BaseMessage | None, reason: str) -> None:
         if message is None or is_truncated(message) or is_shortened(message) or is_offloaded(message):
             return
-        record = OffloadRecord(undeduplicated(message, by_id), reason, keys.key(message), recall_chars)
+        record = OffloadRecord(own_original(message, by_id), reason, keys.key(message), recall_chars)
         out.setdefault((record.kind, record.key), record)
 
     for action in actions:

@@ -16,7 +16,9 @@
    pinned, and what that run takes out instead is written in turn. When the store itself raised, every message is
    pinned for the rerun (nothing more could be written). A message the store could not take is never changed, not
    even by the last resort: if the call then exceeds the budget, `fits` is False and the model call may fail, but
-   nothing is lost. The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log
+   nothing is lost. (The progress note a fold put in an assistant message is compaction's text, not the
+   message's: it may still move on to a later host, `_own_part`, so a failed host never leaves two notes.)
+   The failure is in `result.offload["failed"]` (hence in the event data) and in a WARNING log
    line.
 
 The thread comes from the run's config (`config["configurable"]["thread_id"]`); offload without one is a
@@ -34,9 +36,11 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
+from lc_compaction._kinds import AI, kind
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.progress import note_lines, without_note
 from lc_compaction.structure import fill_missing_ids
 from lc_compaction.tally import CountTally
 
@@ -237,10 +241,14 @@ def _restore(result: CompactionResult, original: Sequence[BaseMessage], ids: set
     messages = list(result.messages)
     for i, m in enumerate(messages):
         before = by_id.get(m.id or "")
-        if before is not None and m is not before:
-            result.tokens_after += counter.count_message(before) - counter.count_message(m)
-            messages[i] = before
-            changed = True
+        if before is None or m is before:
+            continue
+        target = _own_part(before, m)
+        if target is m:
+            continue
+        result.tokens_after += counter.count_message(target) - counter.count_message(m)
+        messages[i] = target
+        changed = True
     if not changed:
         return
     result.messages = messages
@@ -249,6 +257,21 @@ def _restore(result: CompactionResult, original: Sequence[BaseMessage], ids: set
     if not result.fits:
         result.stop_reason = "pinned_over_budget"
     result.tally = None  # the next call recounts (this failure path only)
+
+
+def _own_part(before: BaseMessage, after: BaseMessage) -> BaseMessage:
+    """What a message whose write failed must be in the result (`before`: the input's, `after`: the result's):
+    `before`, except for the progress note a fold keeps in an assistant message's content (`progress.py`), which
+    is compaction's own text, not the message's: when `after` differs from `before` only in its note (the note
+    moved on to a later host, whose note has its lines; grew; or was made terse), `after` stays; when its own
+    content was changed too, it gets it back, without the note if the note moved on (its lines are in the new
+    host: two notes would name those calls twice)."""
+    if kind(before) != AI or not note_lines(before):
+        return before
+    target = without_note(before) if not note_lines(after) else before  # type: ignore[arg-type]
+    if without_note(after) == without_note(target):  # type: ignore[arg-type]
+        return after
+    return target
 
 
 def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target: OffloadTarget, *,
