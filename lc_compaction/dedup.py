@@ -13,7 +13,8 @@ alone (its tool_call_id and size), byte-identical on every call and every replay
 What counts as the earlier copy: a tool result still whole, or one cut in place by the last resort because it
 alone did not fit (its mark keeps the sha256 of the original content, `shorten.py`): the model saw what fits of it
 there, and a second copy would be cut the same way. A result that was truncated to a note, deduplicated, or that is
-pinned by the caller is never an earlier copy, and a pinned result is never replaced; so an agent that calls a tool
+pinned by the caller is never an earlier copy, and a pinned result (or an answer of the recall tool,
+`integrations.recall`: the model asked to read it) is never replaced; so an agent that calls a tool
 again because its earlier result was truncated gets the whole result.
 
 `CompactionPolicy(deduplicate=True)` (the default) runs this on every call, before the trigger is checked
@@ -75,6 +76,8 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
     cut in place (see the module docstring); `j` is the first such result. `pinned`: results it is true for are
     neither replaced nor referenced. O(len(messages)) dictionary steps, and none when no new tool result is long
     enough."""
+    from lc_compaction.offload import RECALL_TOOL_NAME  # offload imports this module
+
     n = len(messages)
     if not any(kind(messages[i]) == TOOL and len(_key(messages[i].content) or "") >= DEDUP_MIN_CHARS
                for i in range(start, n)):
@@ -83,8 +86,9 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
     cut: dict[str, int] = {}
     out: dict[int, int] = {}
     for i, m in enumerate(messages):
-        if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or (pinned is not None and pinned(m)):
-            continue
+        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME
+                or (pinned is not None and pinned(m))):
+            continue  # the recall tool's answer is what the model asked to read: it gets it whole
         if is_shortened(m):
             sha = m.response_metadata[MARK_KEY].get("sha256")
             if sha:

@@ -163,6 +163,20 @@ def test_results_shorter_than_the_minimum_are_never_replaced() -> None:
         "t1", "t2"]
 
 
+def test_an_answer_of_the_recall_tool_is_never_replaced_nor_pointed_at() -> None:
+    """The recall tool's answer is content the model asked to read (integrations.recall): it is sent whole even
+    when it repeats a result still in the history, and a later repeat is not pointed at it."""
+    from lc_compaction.offload import RECALL_TOOL_NAME
+
+    history = listing_history(3)
+    recall = next(m for m in history if m.id == "t1")
+    history[history.index(recall)] = recall.model_copy(update={"name": RECALL_TOOL_NAME})
+    out = compact(history, CompactionPolicy(max_input_tokens=100_000)).messages
+    by_id = {m.id: m for m in out}
+    assert by_id["t1"].content == LISTING and same_as(by_id["t2"]) == "t0"
+    check_notes(out)
+
+
 @pytest.mark.parametrize("how", ["pin_setting", "pin_message"])
 def test_a_pinned_result_is_never_replaced_nor_pointed_at(how: str) -> None:
     history = listing_history(3)
