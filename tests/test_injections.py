@@ -94,6 +94,17 @@ POLICIES = {
 }
 
 
+def unfenced_text(message: BaseMessage, tool_only: list[str], where: str) -> tuple[str, str]:
+    """`text_of(message)` and its part outside the data fence (lower case), after asserting that no tool-only
+    marker occurs in that part."""
+    text = text_of(message)
+    outside = outside_fences(text).lower()
+    for marker in tool_only:
+        assert marker.lower() not in outside, (
+            f"{where}: the tool-only marker {marker!r} speaks in a {message.type} message outside the fence:\n"
+            f"{text[:3000]}")
+    return text, outside
+
 @pytest.mark.parametrize("window", [4_000, 8_000])
 @pytest.mark.parametrize("summarizer", ["ledger", "echo"])
 def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
@@ -118,12 +129,7 @@ def test_no_marker_of_an_injection_speaks_outside_the_fence(window, summarizer):
                 for m in result.messages:
                     if isinstance(m, ToolMessage):
                         continue
-                    text = text_of(m)
-                    outside = outside_fences(text).lower()
-                    for marker in tool_only:
-                        assert marker.lower() not in outside, (
-                            f"{conv_id} (window {window}, {summarizer}): the tool-only marker {marker!r} speaks "
-                            f"in a {m.type} message outside the fence:\n{text[:3000]}")
+                    text, outside = unfenced_text(m, tool_only, f"{conv_id} (window {window}, {summarizer})")
                     if note_lines(m):
                         for start, end in fenced_spans(text):
                             inside = text[start:end].lower()
@@ -195,12 +201,7 @@ def test_the_default_ladder_keeps_injected_text_inside_the_fence(window):
             for m in result.messages:
                 if isinstance(m, ToolMessage):
                     continue
-                text = text_of(m)
-                outside = outside_fences(text).lower()
-                for marker in tool_only:
-                    assert marker.lower() not in outside, (
-                        f"{conv_id} (window {window}): the tool-only marker {marker!r} speaks in a {m.type} "
-                        f"message outside the fence:\n{text[:3000]}")
+                text, outside = unfenced_text(m, tool_only, f"{conv_id} (window {window})")
                 where = "marker" if is_dropped_marker(m) else "note" if note_lines(m) else None
                 if where == "marker":
                     for marker in identifiers:

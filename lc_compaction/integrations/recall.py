@@ -34,7 +34,7 @@ From Python (no model): `load_offloaded(store, thread_id, key)` gives the origin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -42,6 +42,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolRuntime
 from langgraph.store.base import BaseStore, GetOp
 
+from lc_compaction._drive import adrive, drive
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.dedup import is_deduplicated
 from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
@@ -176,15 +177,7 @@ def read_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: st
     if not thread_id:
         return (f"[{RECALL_TOOL_NAME}: no thread id in this run's config, so nothing can be recalled]",
                 {"tool_call_id": tool_call_id})
-    value = _found(store.batch(_gets(thread_id, tool_call_id)))
-    found = deduplicated_source(messages, tool_call_id) if value is None else None
-    if found is None:
-        return _answer(value, tool_call_id, offset, length, max_chars)
-    source, handle = found
-    if not (is_truncated(source) or is_shortened(source)):
-        return _pointer(tool_call_id, source, handle)
-    return _answer(_found(store.batch(_source_gets(thread_id, source)), source.id), tool_call_id, offset, length,
-                   max_chars, same_as=handle)
+    return drive(_read(thread_id, tool_call_id, offset, length, max_chars, messages), store.batch)
 
 
 async def aread_recall(store: BaseStore | None, thread_id: str | None, tool_call_id: str, offset: int = 0,
@@ -193,15 +186,22 @@ async def aread_recall(store: BaseStore | None, thread_id: str | None, tool_call
     """Async twin of `read_recall`."""
     if store is None or not thread_id:
         return read_recall(store, thread_id, tool_call_id, offset, length, max_chars=max_chars)
-    value = _found(await store.abatch(_gets(thread_id, tool_call_id)))
+    return await adrive(_read(thread_id, tool_call_id, offset, length, max_chars, messages), store.abatch)
+
+
+def _read(thread_id: str, tool_call_id: str, offset: int, length: int | None, max_chars: int,
+          messages: Sequence[BaseMessage] | None) -> Generator[list[GetOp], list[Any], tuple[str, dict[str, Any]]]:
+    """`read_recall`'s body, one for both drivers (`_drive.py`): yields each batch of store reads and receives
+    its results."""
+    value = _found((yield _gets(thread_id, tool_call_id)))
     found = deduplicated_source(messages, tool_call_id) if value is None else None
     if found is None:
         return _answer(value, tool_call_id, offset, length, max_chars)
     source, handle = found
     if not (is_truncated(source) or is_shortened(source)):
         return _pointer(tool_call_id, source, handle)
-    return _answer(_found(await store.abatch(_source_gets(thread_id, source)), source.id), tool_call_id, offset,
-                   length, max_chars, same_as=handle)
+    return _answer(_found((yield _source_gets(thread_id, source)), source.id), tool_call_id, offset, length,
+                   max_chars, same_as=handle)
 
 
 def _thread(runtime: ToolRuntime) -> str | None:
