@@ -215,8 +215,10 @@ class _Compaction:
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
         self.rekey = offload_rekey
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
-        self.duplicates = bool(policy.deduplicate and duplicates(self.original, self.tallied,
-                                                                 policy.is_pinned_by_caller))
+        self.repeats = duplicates(self.original, self.tallied, policy.is_pinned_by_caller) if policy.deduplicate \
+            else {}
+        """The new tool results that repeat an earlier one (`dedup.duplicates`), by index in the input."""
+        self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
 
     def unchanged(self, reason: str) -> CompactionResult:
@@ -271,8 +273,9 @@ class _Compaction:
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())
         # arrival edits, before the ladder, which then runs only if the history is still above the trigger
-        if self.policy.deduplicate:  # the whole list when repairs moved messages, else the new messages
-            deduplicate(self.state, 0 if self.repairs else self.tallied, self.policy.is_pinned_by_caller)
+        if self.policy.deduplicate:  # the whole list again when repairs changed it, else the repeats found above
+            deduplicate(self.state, 0 if self.repairs else self.tallied, self.policy.is_pinned_by_caller,
+                        found=None if self.repairs else self.repeats)
         if self.arrivals:
             preview_arrivals(self.state, self.arrivals)
         if self.duplicates or self.arrivals:

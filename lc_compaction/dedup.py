@@ -128,13 +128,14 @@ def note_for(message: ToolMessage, original: BaseMessage) -> ToolMessage:
     return message.model_copy(update={"content": text, "response_metadata": meta})
 
 
-def deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None) -> int:
+def deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None,
+                found: dict[int, int] | None = None) -> int:
     """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`, `note_for`),
     recorded as "deduplicated" actions of `DEDUP_STRATEGY`; a note that would not be smaller is skipped. Returns
-    the tokens saved."""
+    the tokens saved. `found`: `duplicates(state.messages, start, pinned)` when the caller already has it."""
     msgs = state.messages
     saved = 0
-    for i, j in duplicates(msgs, start, pinned).items():
+    for i, j in (duplicates(msgs, start, pinned) if found is None else found).items():
         new = note_for(msgs[i], msgs[j])  # type: ignore[arg-type]  # duplicates() picks tool results
         tokens = state.counter.count_message(new)
         if tokens < state.slots[i].tokens:
