@@ -58,6 +58,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
 from lc_compaction._kinds import AI, TOOL, kind
+from lc_compaction._presence import Presence
 from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
@@ -124,7 +125,7 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
-              known: str = "", recall: str | None = None) -> str:
+              known: str | Presence = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
     `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"[ | facts:
     B; C]</...>[ | facts: A]`. What came from the result is tool data, so it sits inside
@@ -136,10 +137,12 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     the summarizer's, `DropOldExchanges`'), the line also lists the identifiers (ids, codes, numbers, dates,
     amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
     and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
-    note's earlier lines) holds, at most `FACTS_CHARS` characters of them: those only the result holds inside the
-    result's fence (one fence for the start and its identifiers: the fence strings cost tokens), the others
-    after it; " (+n more)" ends a line that could not list them all. With `recall` (the result's store key, offload
-    on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
+    note's earlier lines, as a text or as a `_presence.Presence` that grows a line at a time) holds, at most
+    `FACTS_CHARS` characters of them: those only the result holds inside the result's fence (one fence for the
+    start and its identifiers: the fence strings cost tokens), the others after it; " (+n more)" ends a line that
+    could not list them all (" (+more)" when the list filled up before the end of the result: `FactGuard.first`
+    reads only as much of it as the list needs). With `recall` (the result's store key, offload on:
+    `LadderState.recall_key`), the line also names the call that reads the whole result back:
     `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
@@ -165,29 +168,41 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         return line
     from lc_compaction.strategies.facts import FACTS_SEPARATOR, Identifier, contains
 
-    seen = f"{known}\n{line}"
+    earlier = known if isinstance(known, Presence) else Presence(known)
+    in_line = Presence(line)
+
+    def seen(i: Identifier) -> bool:  # in the note's earlier lines or in this line (`known`, a newline, `line`)
+        if "\n" in i.value:
+            return contains(f"{earlier.text()}\n{line}", i)
+        return i in earlier or i in in_line
+
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     own = f"{said}\n{args_text}"
-    # a truncated result's identifiers: those of the start it shows, then those its note lists (read back verbatim)
-    found = [*guard.extract(f"{own}\n{full}"), *(Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v)]
-    facts: list[Identifier] = []
     values: set[str] = set()
-    for i in found:
-        if i.value.casefold() not in values and not contains(seen, i):
-            values.add(i.value.casefold())
-            facts.append(i)
-    shown: list[str] = []
-    for value in (i.value for i in facts):
-        if len(FACTS_SEPARATOR.join([*shown, value])) > FACTS_CHARS:
-            break
-        shown.append(value)
-    if not facts:
+
+    def new(i: Identifier) -> bool:
+        if i.value.casefold() in values or seen(i):
+            return False
+        values.add(i.value.casefold())
+        return True
+
+    # the first identifiers of the call and the result's start, then those a truncated result's note lists
+    shown, left = guard.first(f"{own}\n{full}", new, FACTS_CHARS)
+    if left == 0:
+        for i in (Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v):
+            if new(i):
+                if left or len(FACTS_SEPARATOR.join([*shown, i.value])) > FACTS_CHARS:
+                    left += 1
+                else:
+                    shown.append(i.value)
+    if not shown and left == 0:
         return line
     # the identifiers only the result holds are tool data: in the result's fence, after its start
-    from_tool = {i.value for i in facts[:len(shown)] if not contains(own, i) and result is not None}
+    in_own = Presence(own)
+    from_tool = {v for v in shown if v not in in_own and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
-    more = f" (+{len(facts) - len(shown)} more)" if len(shown) < len(facts) else ""
+    more = " (+more)" if left is None else f" (+{left} more)" if left else ""
     if result is not None:
         line = head + fence(start_json + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
                             name) + tail
@@ -196,7 +211,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
 
 _RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
 _ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
-_MORE = re.compile(r" \(\+\d+ more\)$")
+_MORE = re.compile(r" \(\+(?:\d+ )?more\)$")
 
 
 @dataclass(frozen=True)
@@ -378,11 +393,18 @@ class _Folds:
         self.upto: list[int] = []           # for each k - 1: how many lines its note has
         self.calls: list[int] = []          # for each k - 1: how many calls the folded steps make
         noted: set[int] = set()
+        known = Presence()  # the lines so far, for `call_line`'s "already listed" (read once, not once a line)
+
+        def add_lines(lines: Sequence[str]) -> None:
+            self.lines.extend(lines)
+            if guard is not None:
+                for line in lines:
+                    known.add(line)
 
         def add_note(i: int) -> None:
             if i not in noted:
                 noted.add(i)
-                self.lines.extend(note_lines(msgs[i]))
+                add_lines(note_lines(msgs[i]))
 
         i, calls = start, 0
         for step in self.chosen:
@@ -397,9 +419,7 @@ class _Folds:
                         result = next((msgs[r] for r in range(j + 1, step.end) if kind(msgs[r]) == TOOL
                                        and msgs[r].tool_call_id == call.get("id")), None)  # type: ignore[attr-defined]
                         recall = state.recall_key(result) if result is not None else None
-                        self.lines.append(call_line(call, result, guard=guard,
-                                                    said=said, known="\n".join(self.lines) if guard else "",
-                                                    recall=recall))
+                        add_lines([call_line(call, result, guard=guard, said=said, known=known, recall=recall)])
                         said = ""
                         calls += 1
             i = step.end

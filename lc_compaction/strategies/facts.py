@@ -43,6 +43,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
+from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
+from lc_compaction._presence import contains as contains
+from lc_compaction._presence import occurrences as occurrences
 from lc_compaction.markers import (
     UNTRUSTED_DATA_FENCE,
     defang,
@@ -132,6 +135,31 @@ codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared tr
 
 _TRAILING = ".,;:!?)]}'\"»”’"
 
+_NEEDS: dict[str, re.Pattern[str]] = {
+    "url": re.compile(r"://"),
+    "email": re.compile(r"@"),
+    "path": re.compile(r"[/\\]|\." + _FILE_EXT + r"(?![\w.])"),
+    "date": re.compile(r"[-/]|" + _MONTHS),
+    "amount": re.compile(r"[$€£¥₹]|" + _CUR + r"|dollars|euros|pounds"),
+    "keyed_id": re.compile(r'"'),
+    "keyed_amount": re.compile(r'"'),
+    "named_id": re.compile(r"(?i:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
+                           r"receipt|account)"),
+}
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
+without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
+follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, a path a slash, a backslash or a
+known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
+quote, a named id its noun. Used only while the pattern is the built-in one."""
+
+EXTRACT_CHUNK = 2048
+"""Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
+list (a truncation note's, a progress line's) reads as many chunks as it needs to fill up, not the whole result."""
+
+_EXTRACT_CACHE = 64
+"""Texts whose extraction a guard remembers (by content; all are forgotten when there are more): the same result
+is read by several strategies and passes of one compaction."""
+
 
 @dataclass(frozen=True)
 class Identifier:
@@ -171,6 +199,31 @@ def _trim(value: str) -> str:
     return value
 
 
+def _cut(text: str, at: int) -> int:
+    """Where the chunk of `text` that starts at `at` ends (`FactGuard.first`): `EXTRACT_CHUNK` characters on, moved
+    back to just after the last line break in its second half, else before the last `"` that opens a JSON key or
+    value after `, ` or `: `, else after the last space that follows neither a letter nor a digit (an identifier
+    such as a date, `Jan 5, 2024`, or an amount, `USD 100`, is never cut), else there."""
+    end = at + EXTRACT_CHUNK
+    if end >= len(text):
+        return len(text)
+    half = at + EXTRACT_CHUNK // 2
+    k = text.rfind("\n", half, end)
+    if k >= 0:
+        return k + 1
+    k = max(text.rfind(', "', half, end), text.rfind(': "', half, end))
+    if k >= 0:
+        return k + 2
+    k = end
+    while k > half:
+        k = text.rfind(" ", half, k)
+        if k <= half:
+            break
+        if not text[k - 1].isalnum():
+            return k + 1
+    return end
+
+
 def message_text(message: BaseMessage) -> str:
     """The text the guard reads from a message: its readable content (text blocks; other blocks named by type,
     never dumped), the arguments of its tool calls as JSON (of an invalid call, its raw string), and for a summary
@@ -182,23 +235,6 @@ def message_text(message: BaseMessage) -> str:
         for call in tool_calls_of(message):  # an invalid call's raw argument string as it is
             parts.append(arguments_text(call.get("args") if is_invalid_call(call) else call.get("args") or {}))
     return "\n".join(p for p in parts if p)
-
-
-def _presence_re(value: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![A-Za-z0-9])" + re.escape(value) + r"(?![A-Za-z0-9])", re.IGNORECASE)
-
-
-def occurrences(text: str, identifier: Identifier | str) -> list[tuple[int, int]]:
-    """The (start, end) spans where `text` contains the identifier (the same rule as `contains`)."""
-    value = identifier.value if isinstance(identifier, Identifier) else identifier
-    return [m.span() for m in _presence_re(value).finditer(text)]
-
-
-def contains(text: str, identifier: Identifier | str) -> bool:
-    """Whether `text` contains the identifier: case-insensitive, not inside a longer alphanumeric run
-    (`123` is not in `1234`, `HAT08` is not in `HAT084`)."""
-    value = identifier.value if isinstance(identifier, Identifier) else identifier
-    return bool(_presence_re(value).search(text))
 
 
 def parse_facts_line(text: str) -> list[str]:
@@ -224,8 +260,8 @@ def parse_facts(text: str) -> list[Identifier]:
 def parse_listed(body: str) -> list[Identifier]:
     """The identifiers of a list written as `A; B; <untrusted_tool_data>tool: C; D</untrusted_tool_data>` (a
     progress note line's facts, `progress.call_line`), in order, kind "carried": the plain ones without a source,
-    the fenced ones with the fence's tool; a trailing " (+n more)" is not one."""
-    body = re.sub(r" \(\+\d+ more\)$", "", body.rstrip())
+    the fenced ones with the fence's tool; a trailing " (+n more)" or " (+more)" is not one."""
+    body = re.sub(r" \(\+(?:\d+ )?more\)$", "", body.rstrip())
     out: list[Identifier] = []
     at = 0
     for start, end in [*fenced_spans(body), (len(body), len(body))]:
@@ -279,18 +315,62 @@ class FactGuard:
                 self.patterns[kind] = re.compile(expr)
             except re.error as exc:
                 raise ValueError(f"fact guard pattern {kind!r} does not compile: {exc}") from exc
+        self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
+        self._cache: dict[str, tuple[tuple[int, Identifier], ...]] = {}
 
     # ------------------------------------------------------------------ extraction
     def extract(self, text: str) -> list[Identifier]:
-        """Identifiers in `text`, distinct values in order of first appearance. O(m log m) in the matches."""
+        """Identifiers in `text`, distinct values in order of first appearance. Linear in the text's length, and
+        O(m log m) in the matches."""
         return _distinct(i for _, i in self._found(text))
 
+    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int) -> tuple[list[str], int | None]:
+        """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
+        `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
+        `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
+        that a bounded list costs what it lists, not the whole text. Returns (values, more): `more` is the count of
+        accepted identifiers left out when the whole text was read, None when the list filled up before its end
+        (how many more there are was not looked for)."""
+        shown: list[str] = []
+        seen: set[str] = set()
+        size, more, at = 0, 0, 0
+        while at < len(text):
+            end = _cut(text, at)
+            for ident in self.extract(text[at:end]):
+                key = ident.value.casefold()
+                if key in seen or not keep(ident):
+                    continue
+                seen.add(key)
+                size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
+                if more or size > max_chars:
+                    more += 1
+                else:
+                    shown.append(ident.value)
+            at = end
+            if more and at < len(text):
+                return shown, None
+        return shown, more
+
     def _found(self, text: str) -> list[tuple[int, Identifier]]:
-        """Every identifier match in `text` with its start, sorted by start (spans disjoint)."""
+        """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
+        last `_EXTRACT_CACHE` texts."""
+        cached = self._cache.get(text)
+        if cached is not None:
+            return list(cached)
+        found = self._search(text)
+        if len(self._cache) >= _EXTRACT_CACHE:
+            self._cache.clear()
+        self._cache[text] = tuple(found)
+        return found
+
+    def _search(self, text: str) -> list[tuple[int, Identifier]]:
         starts: list[int] = []  # the spans taken so far, disjoint, sorted by start (bisect keeps it so)
         ends: list[int] = []
         found: list[tuple[int, Identifier]] = []
         for kind, pattern in self.patterns.items():
+            need = self._needs.get(kind)
+            if need is not None and need.search(text) is None:
+                continue
             for m in pattern.finditer(text):
                 group = 1 if pattern.groups and m.group(1) is not None else 0
                 start = m.start(group)

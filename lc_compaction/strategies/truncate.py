@@ -41,7 +41,7 @@ from lc_compaction.markers import (
     is_truncated,
 )
 from lc_compaction.offload import recall_hint
-from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, fact_guard_of, tool_names, tool_of
+from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, Presence, fact_guard_of, tool_names, tool_of
 
 DEFAULT_NOTE_IDENTIFIER_CHARS = 300
 """Default bound of the identifiers a truncation note lists, in characters (the values and their `"; "`
@@ -111,20 +111,15 @@ class TruncateToolResults(SyncStrategy):
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
         does not hold, in order, fenced and attributed to `tool`, at most `max_identifier_chars` characters of
-        them (then "(+n more)"); "" when there are none or the guard is off."""
+        them (then "(+n more)", or "(+more)" when the list filled up before the end of the text: `FactGuard.first` reads
+        only as much of it as the list needs); "" when there are none or the guard is off."""
         if self._guard is None or not self.max_identifier_chars:
             return ""
-        found = [i.value for i in self._guard.extract(before_cut(text)) if not contains(preview, i)]
-        shown: list[str] = []
-        size = 0
-        for value in found:
-            size += len(value) + (len(FACTS_SEPARATOR) if shown else 0)
-            if size > self.max_identifier_chars:
-                break
-            shown.append(value)
+        in_preview = Presence(preview)
+        shown, left = self._guard.first(before_cut(text), lambda i: i not in in_preview, self.max_identifier_chars)
         if not shown:
             return ""
-        more = f" (+{len(found) - len(shown)} more)" if len(shown) < len(found) else ""
+        more = "" if left == 0 else " (+more)" if left is None else f" (+{left} more)"
         return f"{NOTE_IDENTIFIERS}{fence(FACTS_SEPARATOR.join(shown), tool)}{more}"
 
     def truncated(self, message: ToolMessage, *, recall: str | None = None, tool: str | None = None) -> ToolMessage:
