@@ -43,7 +43,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from lc_compaction._kinds import SYSTEM, kind
-from lc_compaction.dedup import deduplicate, duplicates
+from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, deduplicate, detail, duplicates
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
 from lc_compaction.offload import (
     OffloadKeys,
@@ -63,7 +63,7 @@ from lc_compaction.structure import (
     repair_history,
 )
 from lc_compaction.shorten import last_resort
-from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, tally_prefix
+from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
@@ -215,8 +215,9 @@ class _Compaction:
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
         self.rekey = offload_rekey
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
-        self.repeats = duplicates(self.original, self.tallied, policy.is_pinned_by_caller) if policy.deduplicate \
-            else {}
+        memo = prefix_memo(tally, self.counter) if tally is not None and self.tallied else None
+        self.repeats = duplicates(self.original, self.tallied, policy.is_pinned_by_caller, memo) \
+            if policy.deduplicate else {}
         """The new tool results that repeat an earlier one (`dedup.duplicates`), by index in the input."""
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
@@ -231,6 +232,35 @@ class _Compaction:
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
             budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
+
+    def arrival_edits_only(self) -> CompactionResult:
+        """Under the trigger with repeated results only (no offload previews): each repeat becomes its note
+        (`dedup.arrival_notes`), and nothing else is looked at, as on a call with nothing to edit (no validation,
+        no ladder state): O(new messages) plus one list copy. The notes only lower the total, so the history stays
+        under the trigger."""
+        msgs = list(self.original)
+        actions = []
+        saved = 0
+        counts = self.counts
+        for i, note, tokens in arrival_notes(msgs, self.repeats, self.counter.count_message,
+                                             lambda k: counts[id(msgs[k])]):
+            old = msgs[i]
+            saved += counts[id(old)] - tokens
+            actions.append(Action(DEDUP_STRATEGY, "deduplicated", [old.id or ""], counts[id(old)] - tokens,
+                                  detail(self.repeats[i])))
+            msgs[i] = note
+            counts[id(note)] = tokens
+        if not actions:
+            return self.unchanged("under_trigger")
+        total = self.message_tokens - saved
+        new = msgs[self.tallied:]
+        tally = CountTally.of(msgs, total, self.counter, [counts[id(m)] for m in new],
+                              grown_from=self.tally if self.tallied else None)
+        return CompactionResult(
+            tally=tally, messages=msgs, tokens_before=self.tokens_before, tokens_after=total + self.fixed,
+            messages_before=len(msgs), messages_after=len(msgs), triggered=False, stop_reason="under_trigger",
+            fits=self.budget is None or total + self.fixed <= self.budget, budget_tokens=self.budget,
+            target_tokens=self.goal_tokens, actions=actions, elapsed_ms=self._ms())
 
     def _prefix_counts(self) -> Sequence[int] | None:
         """Per-message counts (tokens) of the prefix the tally covered (remembered by the previous call), if
@@ -420,6 +450,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
         return compaction.unchanged("under_trigger")
+    if not (compaction.triggered or compaction.arrivals):
+        return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
@@ -437,6 +469,8 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
         return compaction.unchanged("under_trigger")
+    if not (compaction.triggered or compaction.arrivals):
+        return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
+from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_shortened, is_truncated
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
 
-__all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "content_sha256", "deduplicate", "duplicates", "is_deduplicated",
-           "note_for", "referenced", "restore_references"]
+__all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "arrival_notes", "content_sha256", "deduplicate", "detail",
+           "duplicates", "is_deduplicated", "note_for", "referenced", "restore_references"]
 
 DEDUP_STRATEGY = "deduplicate_tool_results"
 """`Action.strategy` of a repeated result replaced by its note (`Action.kind` "deduplicated")."""
@@ -69,25 +69,93 @@ def content_sha256(content: Any) -> str | None:
     return None if key is None else hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+class _Copies:
+    """The earlier copies in `messages[:n]`: the first whole tool result of each content (`_key`) and the first cut
+    one of each original's sha256; the results never taken as copies (truncated, deduplicated, the recall tool's
+    answers) are left out. Pins are not: `duplicates` checks the copy it finds."""
+
+    __slots__ = ("cut", "n", "whole")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.whole: dict[str, int] = {}
+        self.cut: dict[str, int] = {}
+
+    def extend(self, messages: Sequence[BaseMessage], upto: int) -> None:
+        """Index `messages[self.n:upto]`."""
+        for i in range(self.n, upto):
+            m = messages[i]
+            if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME:
+                continue
+            if is_shortened(m):
+                sha = m.response_metadata[MARK_KEY].get("sha256")
+                if sha:
+                    self.cut.setdefault(sha, i)
+                continue
+            key = _key(m.content)
+            if key is not None and len(key) >= DEDUP_MIN_CHARS:
+                self.whole.setdefault(key, i)
+        self.n = max(self.n, upto)
+
+
+_MEMO_KEY = "dedup.copies"
+
+
 def duplicates(messages: Sequence[BaseMessage], start: int = 0,
-               pinned: Callable[[BaseMessage], bool] | None = None) -> dict[int, int]:
+               pinned: Callable[[BaseMessage], bool] | None = None,
+               memo: dict[str, Any] | None = None) -> dict[int, int]:
     """`{i: j}`: the tool result `messages[i]` (`i >= start`: the messages new since the previous call) has the same
     content, at least `DEDUP_MIN_CHARS` characters, as the earlier tool result `messages[j]`, which is whole or was
     cut in place (see the module docstring); `j` is the first such result. `pinned`: results it is true for are
-    neither replaced nor referenced. O(len(messages)) dictionary steps, and none when no new tool result is long
-    enough."""
-    from lc_compaction.offload import RECALL_TOOL_NAME  # offload imports this module
+    neither replaced nor referenced. No step at all when no new tool result is long enough.
 
+    `memo`: `tally.prefix_memo` of the tally that covers `messages[:start]` (the same objects): the index of the
+    earlier copies is kept there and extended by the new messages only, so a call costs O(new messages), not
+    O(history). Without it, O(len(messages)) dictionary steps."""
     n = len(messages)
     if not any(kind(messages[i]) == TOOL and len(_key(messages[i].content) or "") >= DEDUP_MIN_CHARS
                for i in range(start, n)):
         return {}
+    copies = memo.get(_MEMO_KEY) if memo is not None else None
+    if not isinstance(copies, _Copies) or copies.n > start:
+        copies = _Copies()
+        if memo is not None:
+            memo[_MEMO_KEY] = copies
+    copies.extend(messages, start)
+    new = _Copies()
+    new.n = start
+    out: dict[int, int] = {}
+    for i in range(start, n):
+        m = messages[i]
+        if pinned is not None and kind(m) == TOOL and pinned(m):
+            new.n = i + 1  # never a copy
+            continue
+        key = _key(m.content) if kind(m) == TOOL and not is_shortened(m) else None
+        if key is not None and len(key) >= DEDUP_MIN_CHARS and not (
+                is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME):
+            j = copies.whole.get(key)
+            if j is None:
+                j = new.whole.get(key)
+            if j is None and (copies.cut or new.cut):
+                sha = hashlib.sha256(key.encode("utf-8")).hexdigest()
+                j = copies.cut.get(sha, new.cut.get(sha))
+            if j is not None:
+                if pinned is not None and pinned(messages[j]):
+                    return _scan(messages, start, pinned)  # the first copy is pinned: another may be the copy
+                out[i] = j
+                new.n = i + 1  # replaced by its note: never a copy
+                continue
+        new.extend(messages, i + 1)
+    return out
+
+
+def _scan(messages: Sequence[BaseMessage], start: int, pinned: Callable[[BaseMessage], bool]) -> dict[int, int]:
+    """`duplicates` without an index, pins excluded as copies: the whole history, once."""
     whole: dict[str, int] = {}
     cut: dict[str, int] = {}
     out: dict[int, int] = {}
     for i, m in enumerate(messages):
-        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME
-                or (pinned is not None and pinned(m))):
+        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME or pinned(m)):
             continue  # the recall tool's answer is what the model asked to read: it gets it whole
         if is_shortened(m):
             sha = m.response_metadata[MARK_KEY].get("sha256")
@@ -128,20 +196,37 @@ def note_for(message: ToolMessage, original: BaseMessage) -> ToolMessage:
     return message.model_copy(update={"content": text, "response_metadata": meta})
 
 
+def arrival_notes(messages: Sequence[BaseMessage], found: dict[int, int], count: Callable[[BaseMessage], int],
+                  tokens: Callable[[int], int]) -> list[tuple[int, ToolMessage, int]]:
+    """The notes that replace the repeated results `found` (`duplicates(messages, ...)`): `(i, note, its tokens)`
+    for each `i` whose note (`note_for`) is smaller than the result by `count` (tokens); `tokens(i)` is the result's
+    own count. A note that would not be smaller is skipped."""
+    out = []
+    for i, j in found.items():
+        new = note_for(messages[i], messages[j])  # type: ignore[arg-type]  # duplicates() picks tool results
+        n = count(new)
+        if n < tokens(i):
+            out.append((i, new, n))
+    return out
+
+
 def deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None,
                 found: dict[int, int] | None = None) -> int:
-    """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`, `note_for`),
-    recorded as "deduplicated" actions of `DEDUP_STRATEGY`; a note that would not be smaller is skipped. Returns
-    the tokens saved. `found`: `duplicates(state.messages, start, pinned)` when the caller already has it."""
+    """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`,
+    `arrival_notes`), recorded as "deduplicated" actions of `DEDUP_STRATEGY`. Returns the tokens saved. `found`:
+    `duplicates(state.messages, start, pinned)` when the caller already has it."""
     msgs = state.messages
+    found = duplicates(msgs, start, pinned) if found is None else found
     saved = 0
-    for i, j in (duplicates(msgs, start, pinned) if found is None else found).items():
-        new = note_for(msgs[i], msgs[j])  # type: ignore[arg-type]  # duplicates() picks tool results
-        tokens = state.counter.count_message(new)
-        if tokens < state.slots[i].tokens:
-            saved += state.replace(i, new, strategy=DEDUP_STRATEGY, kind="deduplicated", tokens=tokens,
-                                   detail=f"identical to message {j}")
+    for i, new, tokens in arrival_notes(msgs, found, state.counter.count_message, lambda k: state.slots[k].tokens):
+        saved += state.replace(i, new, strategy=DEDUP_STRATEGY, kind="deduplicated", tokens=tokens,
+                               detail=detail(found[i]))
     return saved
+
+
+def detail(j: int) -> str:
+    """`Action.detail` of a result deduplicated against message `j`."""
+    return f"identical to message {j}"
 
 
 def restore_references(state: LadderState, gone: Sequence[BaseMessage]) -> None:

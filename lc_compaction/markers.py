@@ -53,6 +53,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from lc_compaction._content import TEXT_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 
+RECALL_TOOL_NAME = "recall_tool_result"
+"""Name of the recall tool (`lc_compaction.integrations.recall`), which notes name when offload is on; its own
+results are never offloaded on arrival nor deduplicated (the model asked to read them). Here, with the other words
+the package writes, below every rule that uses it (`offload`, `dedup`, `progress`)."""
+
 MARK_KEY = "lc_compaction"
 """Key under which lc-compaction keeps its marks (`additional_kwargs` / `response_metadata`)."""
 

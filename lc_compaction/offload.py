@@ -51,7 +51,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message
 
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction.dedup import is_deduplicated
-from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
+from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_shortened, is_truncated
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import Action, LadderState
@@ -86,9 +86,6 @@ __all__ = [
 
 NAMESPACE_ROOT = ("lc_compaction", "offload")
 """First labels of every offload namespace (see the module docstring for the layout)."""
-
-RECALL_TOOL_NAME = "recall_tool_result"
-"""Name of the recall tool (`lc_compaction.integrations.recall`); its own results are never offloaded on arrival."""
 
 OFFLOAD_STRATEGY = "offload_large_results"
 """`Action.strategy` of an arrival preview (`Action.kind` "offloaded")."""

@@ -65,11 +65,11 @@ from lc_compaction.markers import (
     before_cut,
     fence,
     fenced_spans,
+    RECALL_TOOL_NAME,
     is_progress_text,
     read_truncation_note,
     unfence,
 )
-from lc_compaction.offload import RECALL_TOOL_NAME
 from lc_compaction.structure import Step, split_exchanges
 
 if TYPE_CHECKING:

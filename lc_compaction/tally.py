@@ -98,12 +98,13 @@ class _Snapshot:
     the new messages (O(k)), so a long session never copies its whole history on a steady-state call (a copy
     touches every message object, which costs more in CPU cache misses than in the copy itself)."""
 
-    __slots__ = ("counter", "counts", "objects")
+    __slots__ = ("counter", "counts", "memo", "objects")
 
     def __init__(self, objects: list[BaseMessage], counts: array | None, counter: Any) -> None:
         self.objects = objects
         self.counts = counts
         self.counter = counter  # held, so the counter's id() stays its own while the entry lives
+        self.memo: dict[str, Any] = {}  # what rules above derive from these objects (`prefix_memo`)
 
 
 class _PrefixRegistry:
@@ -181,6 +182,12 @@ class _PrefixRegistry:
                 return None
             return entry.counts[:tally.length]
 
+    def memo(self, tally: CountTally, counter: Any) -> dict[str, Any] | None:
+        """The memo of the snapshot `tally` covers (see `prefix_memo`), or None."""
+        with self._lock:
+            entry = self._data.get(self._key(tally, counter))
+            return entry.memo if entry is not None and len(entry.objects) == tally.length else None
+
     def covers(self, tally: CountTally, counter: Any, messages: Sequence[Any]) -> bool:
         """Whether `messages` starts with the objects `tally` counted, or with equal ones (`starts_with`; when
         they matched by value, the snapshot takes the current objects, so the next call compares by pointer)."""
@@ -254,6 +261,15 @@ def covered_objects(tally: CountTally, counter: Any) -> list[BaseMessage] | None
     """The message objects `tally` covers in this process (a copy of the list; after a history loaded again from
     a checkpoint matched by value, the current objects); None when this process does not know the tally."""
     return _PREFIXES.objects(tally, counter)
+
+
+def prefix_memo(tally: CountTally, counter: Any) -> dict[str, Any] | None:
+    """A dict that lives as long as what this process remembers for `tally`, and is handed on, as it is, to the
+    tally of the same history grown by new messages (`CountTally.of(..., grown_from=tally)`); a new empty one when
+    the history was rewritten. A rule above the counting keeps there an index of the prefix that it extends by the
+    new messages only (`dedup.duplicates`: the contents of the tool results so far), under a key of its own, with
+    how many messages it covers (the snapshot grows under it). None when this process does not know the tally."""
+    return _PREFIXES.memo(tally, counter)
 
 
 def forget(tally: CountTally, counter: Any) -> None:
