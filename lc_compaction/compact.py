@@ -63,6 +63,7 @@ from lc_compaction.structure import (
     repair_history,
 )
 from lc_compaction.shorten import last_resort
+from lc_compaction.tokens import MessageCounter, StructuredCounter
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
 
 StopReason = str
@@ -200,7 +201,12 @@ class _Compaction:
         self.tallied = tallied if self.original is messages else 0
         """How many leading messages `tally` already counted (0: every message is counted)."""
         self.tally = tally
-        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied)
+        memo = prefix_memo(tally, self.counter) if tally is not None and self.tallied else None
+        self.repeats = duplicates(self.original, self.tallied, policy.is_pinned_by_caller, memo) \
+            if policy.deduplicate else {}
+        """The new tool results that repeat an earlier one (`dedup.duplicates`), by index in the input."""
+        self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied,
+                                               known=self._repeat_counts())
         self.tokens_before = self.message_tokens + self.fixed
         self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
         self.repair = policy.repairs_by_default(False) if repair is None else repair
@@ -215,10 +221,6 @@ class _Compaction:
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
         self.rekey = offload_rekey
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
-        memo = prefix_memo(tally, self.counter) if tally is not None and self.tallied else None
-        self.repeats = duplicates(self.original, self.tallied, policy.is_pinned_by_caller, memo) \
-            if policy.deduplicate else {}
-        """The new tool results that repeat an earlier one (`dedup.duplicates`), by index in the input."""
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
 
@@ -232,6 +234,21 @@ class _Compaction:
             messages_before=len(self.original), messages_after=len(self.original), triggered=self.triggered,
             stop_reason=reason, fits=self.budget is None or self.tokens_before <= self.budget,
             budget_tokens=self.budget, target_tokens=self.goal_tokens, elapsed_ms=self._ms())
+
+    def _repeat_counts(self) -> dict[int, int]:
+        """Counts (tokens) of the new repeated results that need no tokenizing: a repeat of an earlier result of
+        the tallied prefix with the same class, tool name and text content costs what that result cost, which the
+        tally knows: with the package's own counters (`tokens.StructuredCounter`: a message's count is its role,
+        name, content and tool calls) and the one-per-message counter; a caller's callable may read more."""
+        if not self.repeats or not isinstance(self.counter, (StructuredCounter, MessageCounter)):
+            return {}
+        prefix = self._prefix_counts()
+        if prefix is None:
+            return {}
+        msgs = self.original
+        return {i: prefix[j] for i, j in self.repeats.items()
+                if j < len(prefix) and type(msgs[i]) is type(msgs[j]) and msgs[i].name == msgs[j].name
+                and isinstance(msgs[i].content, str) and msgs[i].content == msgs[j].content}
 
     def arrival_edits_only(self) -> CompactionResult:
         """Under the trigger with repeated results only (no offload previews): each repeat becomes its note

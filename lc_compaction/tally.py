@@ -304,18 +304,22 @@ def tally_prefix(messages: Sequence[Any], counter: Any, tally: CountTally | None
 
 
 def count_with_tally(messages: Sequence[BaseMessage], counter: Any, tally: CountTally | None,
-                     counts: dict[int, int] | None = None, *, start: int | None = None) -> int:
+                     counts: dict[int, int] | None = None, *, start: int | None = None,
+                     known: dict[int, int] | None = None) -> int:
     """Tokens of `messages` (without reply priming), counting only what is new since `tally` when it still
     describes a prefix of `messages` (`tally_prefix`); O(k) for k new messages, O(len(messages)) otherwise.
     Each count made is stored in `counts` (keyed by `id(message)`) when given. A counted message without an
     id gets a uuid4 id in place (`structure.fill_missing_ids`), so every message has one before any removal.
-    `start`: the caller's own `tally_prefix(messages, counter, tally)`, when it already has it."""
+    `start`: the caller's own `tally_prefix(messages, counter, tally)`, when it already has it. `known`: counts
+    (tokens) the caller already has for some new messages, by index (a repeated tool result costs what its earlier
+    copy cost: `compact._Compaction`), used instead of counting them."""
     if start is None:
         start = tally_prefix(messages, counter, tally)
     total = tally.tokens if start and tally is not None else 0  # start > 0 only with a tally
     fill_missing_ids(messages, start)
-    for m in messages[start:]:
-        c = counter.count_message(m)
+    for i in range(start, len(messages)):
+        m = messages[i]
+        c = known[i] if known and i in known else counter.count_message(m)
         if counts is not None:
             counts[id(m)] = c
         total += c
