@@ -32,9 +32,11 @@ every code point against `[A-Za-z0-9]` with IGNORECASE). A text folded by this t
 ASCII identifier occurs in it exactly where the presence regex finds it in the original."""
 _RUN = re.compile(r"[a-z0-9]+")
 _INDEX_FROM = 4096
-"""Texts shorter than this (characters) are searched with `str.find`; longer ones get a word index once the finds
-have read more than `_INDEX_AFTER` times their length (a few queries cost a find each, many cost one index)."""
-_INDEX_AFTER = 4
+"""Texts shorter than this (characters) are always searched with `str.find`."""
+_INDEX_AFTER = 100
+"""A longer text gets a word index once the finds have read more than this many times its length: a find reads a
+text at C speed (a few GB/s), a word index costs a Python step per word (about six characters), so the index pays
+only after about a hundred finds of the whole text (a few queries cost a find each, thousands cost one index)."""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -83,7 +85,7 @@ class Presence:
         return self._joined
 
     def __contains__(self, identifier: Any) -> bool:
-        value = _value(identifier)
+        value = identifier if type(identifier) is str else _value(identifier)
         if not value.isascii() or "\n" in value:
             return _presence_re(value).search(self.text()) is not None
         return next(self._places(value.lower()), None) is not None
@@ -106,18 +108,11 @@ class Presence:
 
     def _places(self, value: str) -> Iterator[tuple[int, int]]:
         """(line, position) of each occurrence of the folded ASCII `value` that the boundary rule admits."""
-        runs = [(m.group(), m.start()) for m in _RUN.finditer(value)]
-        if runs and self._sizes >= _INDEX_FROM and self._read > _INDEX_AFTER * self._sizes:
-            index = self._ensure_index()
-            counts = [len(index.get(r, ())) for r, _ in runs]
-            k = min(range(len(runs)), key=counts.__getitem__)
-            if counts[k] == 0:
+        if self._sizes >= _INDEX_FROM and self._read > _INDEX_AFTER * self._sizes:
+            runs = [(m.group(), m.start()) for m in _RUN.finditer(value)]
+            if runs:
+                yield from self._indexed_places(value, runs)
                 return
-            at = runs[k][1]
-            for c, q in index[runs[k][0]]:
-                if self._admits(self._folded[c], q - at, value):
-                    yield c, q - at
-            return
         for c, line in enumerate(self._folded):
             self._read += len(line)
             p = line.find(value)
@@ -125,6 +120,18 @@ class Presence:
                 if self._admits(line, p, value):
                     yield c, p
                 p = line.find(value, p + 1)
+
+    def _indexed_places(self, value: str, runs: list[tuple[str, int]]) -> Iterator[tuple[int, int]]:
+        """`_places` through the word index: only where the value's rarest run occurs."""
+        index = self._ensure_index()
+        counts = [len(index.get(r, ())) for r, _ in runs]
+        k = min(range(len(runs)), key=counts.__getitem__)
+        if counts[k] == 0:
+            return
+        at = runs[k][1]
+        for c, q in index[runs[k][0]]:
+            if self._admits(self._folded[c], q - at, value):
+                yield c, q - at
 
     @staticmethod
     def _admits(line: str, p: int, value: str) -> bool:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
 
 __all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "arrival_notes", "content_sha256", "deduplicate", "detail",
-           "duplicates", "is_deduplicated", "note_for", "referenced", "restore_references"]
+           "duplicates", "is_deduplicated", "note_for", "referenced", "restore_references", "same_as"]
 
 DEDUP_STRATEGY = "deduplicate_tool_results"
 """`Action.strategy` of a repeated result replaced by its note (`Action.kind` "deduplicated")."""
@@ -52,6 +52,15 @@ def is_deduplicated(message: BaseMessage) -> bool:
     """True for a ToolMessage whose content is a deduplication note (`note_for`)."""
     mark = (message.response_metadata or {}).get(MARK_KEY) if kind(message) == TOOL else None
     return isinstance(mark, dict) and mark.get("kind") == "deduplicated"
+
+
+def same_as(message: BaseMessage) -> str | None:
+    """The id of the earlier result a deduplication note points at (its mark's "same_as"); None for any other
+    message."""
+    if not is_deduplicated(message):
+        return None
+    target = message.response_metadata[MARK_KEY].get("same_as")
+    return target if isinstance(target, str) else None
 
 
 def _key(content: Any) -> str | None:
@@ -236,7 +245,7 @@ def restore_references(state: LadderState, gone: Sequence[BaseMessage]) -> None:
     tool_call_id and name stay) and the others are pointed at it (`note_for`). Recorded as a "restored" action of
     `DEDUP_STRATEGY` (its `tokens_saved` is negative: the tokens the content costs again). Called by `LadderState`
     after each change that takes messages out."""
-    by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL}
+    by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL and m.id in state.pointed_at}
     if not by_id:
         return
     notes: dict[str, list[int]] = {}

@@ -16,7 +16,7 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
 from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
-from lc_compaction.dedup import referenced, restore_references
+from lc_compaction.dedup import referenced, restore_references, same_as
 from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
@@ -135,6 +135,10 @@ class LadderState:
         """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
         its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
+        self.pointed_at: set[str] = {p for s in slots if (p := same_as(s.message)) is not None}
+        """Every message id a deduplication note of this state points at, or did (a superset: a note added by
+        `replace` adds its target, a note taken out leaves it): `dedup.restore_references` has nothing to do
+        unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -249,6 +253,9 @@ class LadderState:
         saved = old.tokens - tokens
         self._total -= saved
         self.slots[i] = Slot(message, tokens, old.pinned, old.kept)
+        target = same_as(message)
+        if target is not None:
+            self.pointed_at.add(target)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
             before = self._total

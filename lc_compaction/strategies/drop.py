@@ -44,11 +44,21 @@ from dataclasses import dataclass, field
 
 from langchain_core.messages import BaseMessage
 
-from lc_compaction._kinds import AI, HUMAN, SYSTEM, kind
+from lc_compaction._content import content_text
+from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
+from lc_compaction._presence import Presence
 from lc_compaction.ladder import LadderState, SyncStrategy
-from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker
+from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
 from lc_compaction.progress import fold_steps, keep_progress
-from lc_compaction.strategies.facts import FactGuard, Identifier, fact_guard_of, trust
+from lc_compaction.strategies.facts import (
+    FactGuard,
+    Identifier,
+    fact_guard_of,
+    message_text,
+    tool_names,
+    tool_of,
+    trust,
+)
 from lc_compaction.structure import call_ids
 
 DEFAULT_MARKER_CHARS = 1_200
@@ -262,14 +272,24 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
     """The marker for `stands_for` (earlier markers first, then the dropped messages, oldest first), with their
     identifiers that no message of `left` (the history after the drop) holds with the same attribution (a tool's
     identifier that the agent repeated stays: when that message goes, its reading would not say it came from a
-    tool), on the guard's lines within the bound; the fixed text alone without a guard."""
+    tool), on the guard's lines within the bound; the fixed text alone without a guard. A tool result left (not a
+    note) holds the tool-derived identifiers of its tool that its text contains (`facts.contains`): its text is
+    read once, not extracted, so a large result kept whole costs what reading it costs."""
     if guard is None:
         return make_dropped_marker(message_id=message_id)
     fact_guard, bound = guard
     identifiers = fact_guard.extract_messages(stands_for)
     if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
-        held = {(i.value.casefold(), i.source) for m in left for i in _identifiers_of(state, fact_guard, m)}
-        identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held]
+        results = [m for m in left if kind(m) == TOOL and read_truncation_note(content_text(m.content)) is None]
+        held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or m not in results
+                for i in _identifiers_of(state, fact_guard, m)}
+        texts: dict[str, list[Presence]] = {}
+        if results:  # a tool result left holds what its text contains, as its tool's (read once, not extracted)
+            names = tool_names(state.messages)
+            for m in results:
+                texts.setdefault(tool_of(m, names), []).append(Presence(message_text(m)))  # type: ignore[arg-type]
+        identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
+                       and not (i.source is not None and any(i in p for p in texts.get(i.source, ())))]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
     return make_dropped_marker(message_id=message_id, facts=facts)
 

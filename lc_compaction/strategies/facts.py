@@ -152,7 +152,7 @@ follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, 
 known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
 quote, a named id its noun. Used only while the pattern is the built-in one."""
 
-EXTRACT_CHUNK = 2048
+EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
 list (a truncation note's, a progress line's) reads as many chunks as it needs to fill up, not the whole result."""
 
