@@ -38,6 +38,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
+from lc_compaction.integrations.writes import edited_from
 from lc_compaction.structure import check_invariants
 from lc_compaction.tally import starts_with
 
@@ -183,12 +184,21 @@ def view_memory(stored: list[BaseMessage], base: Rebuilt | None, old_view: Any, 
         old_view: the previous ``view`` entry (used when `base` is given).
         model_input: the compacted list (the model input).
         unchanged: True when `model_input` is the compaction input itself (nothing compacted): the new entry is
-            then the old one plus the new messages as runs, O(segments).
+            then the old one plus the new messages as runs, O(segments); so it is when only new messages were
+            edited in place (an arrival edit, `writes.edited_from`), those kept as rewritten messages.
         swapped: new messages sent in another form, {index in `stored`: the message sent} (a mid-history
             SystemMessage sent as a HumanMessage): kept as rewritten messages, O(1) each.
     """
     n = len(stored)
     old_segments = old_view.get("segments") if isinstance(old_view, dict) else None
+    if not unchanged and base is not None and isinstance(old_segments, list):
+        fresh = len(base.messages) - (n - base.covered)  # where the new messages start in this call's input
+        k = edited_from(base.messages, model_input)
+        if k is not None and k >= fresh:  # only new messages edited in place (an arrival edit): O(new messages)
+            swapped = {**(swapped or {}), **{base.covered + p - fresh: model_input[p]
+                                             for p in range(k, len(model_input))
+                                             if model_input[p] is not base.messages[p]}}
+            unchanged = True
     if unchanged and base is not None and isinstance(old_segments, list):
         segments = list(old_segments)
         replaced = old_view.get("replaced") or {}
