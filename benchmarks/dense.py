@@ -46,6 +46,7 @@ from langgraph.runtime import Runtime
 
 from benchmarks.session import DEFAULT_TRACES_DIR, build_session, interleaved_records
 from lc_compaction import CompactionPolicy, acompact, compact
+from lc_compaction.replay import replay_conversation
 
 WINDOW = 8_000
 """Tokens: the window the shapes are compacted at (the shared traces' smallest bill window)."""
@@ -152,12 +153,21 @@ def _ms(ns: int) -> float:
     return ns / 1e6
 
 
+def _loop(history: list[BaseMessage], policy: CompactionPolicy) -> list[float]:
+    """The history replayed as an agent makes it, call by call (`lc_compaction.replay`: each call gets the previous
+    call's output plus the messages since, with its tally): the time (ms) of each call that compacted."""
+    replay = replay_conversation(history, policy, conversation_id="shape")
+    return [c.compaction_ms for c in replay.calls if c.compacted]
+
+
 def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
-    """For each shape: median and max (ms) of the timed compactions, the first call's time, and what it did."""
+    """For each shape: median and max (ms) of the timed compactions, the first call's time, and what it did;
+    and the compactions of the agent loop that builds the history call by call."""
     policy = CompactionPolicy(max_input_tokens=WINDOW)
     out: dict[str, dict[str, Any]] = {}
     for name, build in (("orders", orders), ("records", records), ("coding", coding)):
         history = build()
+        looped = _loop(history, policy)
         t0 = time.perf_counter_ns()
         first = compact(_fresh(history), policy)
         first_ms = _ms(time.perf_counter_ns() - t0)
@@ -170,10 +180,13 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
         out[name] = {"messages": len(history), "chars": sum(len(str(m.content)) for m in history),
                      "median_ms": statistics.median(samples), "max_ms": max(samples), "first_call_ms": first_ms,
                      "tokens_before": first.tokens_before, "tokens_after": first.tokens_after,
-                     "stop_reason": first.stop_reason, "samples": len(samples)}
-    samples, firsts, sizes = [], [], []
+                     "stop_reason": first.stop_reason, "samples": len(samples),
+                     "loop_compactions": len(looped), "loop_median_ms": statistics.median(looped) if looped else None,
+                     "loop_max_ms": max(looped) if looped else None}
+    samples, firsts, sizes, looped = [], [], [], []
     for seed in range(fuzz):
         history = fuzzed(seed)
+        looped += _loop(history, policy)
         t0 = time.perf_counter_ns()
         compact(_fresh(history), policy)
         firsts.append(_ms(time.perf_counter_ns() - t0))
@@ -183,7 +196,9 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
         samples.append(_ms(time.perf_counter_ns() - t0))
         sizes.append(len(history))
     out["fuzz"] = {"messages": f"{min(sizes)}-{max(sizes)}", "histories": fuzz, "median_ms": statistics.median(samples),
-                   "max_ms": max(samples), "first_call_ms": max(firsts), "samples": len(samples)}
+                   "max_ms": max(samples), "first_call_ms": max(firsts), "samples": len(samples),
+                   "loop_compactions": len(looped), "loop_median_ms": statistics.median(looped) if looped else None,
+                   "loop_max_ms": max(looped) if looped else None}
     return out
 
 
@@ -275,13 +290,24 @@ def heartbeat() -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------------ report
 def render(shapes: dict[str, dict[str, Any]], arrivals: dict[int, dict[str, float]], beat: dict[str, float]) -> str:
-    lines = ["### Identifier-dense shapes (one compaction at 8,000 tokens, default policy; ms)", "",
-             "| shape | messages | median | max | first call of the process | target (median < 50, max < 200) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["### Identifier-dense shapes (compactions at 8,000 tokens, default policy; ms)", "",
+             "In the agent loop: the compactions of the history built call by call (`replay`), as an agent makes "
+             "them. Whole history: one compaction of the finished history at once (every result still whole), "
+             "with the tokenizer's cache warm, and the first call of the process beside it.", "",
+             "| shape | messages | loop: compactions | loop: median | loop: max | whole: median | whole: max | "
+             "whole: first call | target (median < 50, max < 200) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(x: Any) -> str:
+        return "-" if x is None else f"{x:.1f}"
+
     for name, s in shapes.items():
-        met = s["median_ms"] < TARGET_MEDIAN_MS and s["max_ms"] < TARGET_MAX_MS
-        lines.append(f"| {name} | {s['messages']} | {s['median_ms']:.1f} | {s['max_ms']:.1f} | "
-                     f"{s['first_call_ms']:.1f} | {'met' if met else 'missed'} |")
+        med = s["loop_median_ms"] if s["loop_median_ms"] is not None else s["median_ms"]
+        top = s["loop_max_ms"] if s["loop_max_ms"] is not None else s["max_ms"]
+        met = med < TARGET_MEDIAN_MS and top < TARGET_MAX_MS
+        lines.append(f"| {name} | {s['messages']} | {s['loop_compactions']} | {f(s['loop_median_ms'])} | "
+                     f"{f(s['loop_max_ms'])} | {f(s['median_ms'])} | {f(s['max_ms'])} | {f(s['first_call_ms'])} | "
+                     f"{'met' if met else 'missed'} (loop) |")
     lines += ["", "### One call after appending a tool exchange (nothing to compact; median ms)", ""]
     cols = list(next(iter(arrivals.values())))
     lines += ["| messages | " + " | ".join(cols) + " | repeated / Summarization |",

@@ -31,6 +31,10 @@ characters that Python's `re` matches with one (İ and ı with i, ſ with s, the
 every code point against `[A-Za-z0-9]` with IGNORECASE). A text folded by this table has the same length, and an
 ASCII identifier occurs in it exactly where the presence regex finds it in the original."""
 _RUN = re.compile(r"[a-z0-9]+")
+_WORDS_FROM = 2048
+"""Texts of this many characters or more are first checked against the set of their words (alphanumeric runs,
+collected at C speed once): an identifier with a run that is no word of the text is not in it, without a search.
+Most queries of a long text are such misses (an old order id against a new listing)."""
 _INDEX_FROM = 4096
 """Texts shorter than this (characters) are always searched with `str.find`."""
 _INDEX_AFTER = 100
@@ -49,9 +53,10 @@ class Presence:
     alphanumeric run), with the text read once however many identifiers are asked about.
 
     An ASCII identifier's alphanumeric runs can only occur as whole runs of the text (the boundary rule), so the
-    text is indexed by its runs (lower-cased, `_FOLD`) and a query checks only the places where the identifier's
-    rarest run occurs: a query costs what those places cost, not the text's length. Short texts, and texts asked
-    about only a few times, are searched with `str.find` instead (no index is built). An identifier with a
+    text's set of runs (lower-cased, `_FOLD`) answers most misses at once (a run of the identifier that is no run of
+    the text), and the rest are searched with `str.find`; a text asked about very often is indexed by its runs'
+    places, and a query then checks only the places where the identifier's rarest run occurs: a query costs what
+    those places cost, not the text's length. An identifier with a
     non-ASCII character, or a line break, is searched with the regular expression itself (its case rules are
     Unicode's).
 
@@ -59,7 +64,7 @@ class Presence:
     `text`), for a text that grows a line at a time (a progress note's lines, `progress.call_line`).
     """
 
-    __slots__ = ("_raw", "_folded", "_sizes", "_index", "_indexed", "_read", "_joined")
+    __slots__ = ("_raw", "_folded", "_sizes", "_index", "_indexed", "_read", "_joined", "_words", "_worded")
 
     def __init__(self, text: str = ""):
         self._raw: list[str] = []
@@ -69,6 +74,8 @@ class Presence:
         self._indexed = 0
         self._read = 0
         self._joined: str | None = None
+        self._words: set[str] = set()
+        self._worded = 0
         self.add(text) if text else None
 
     def add(self, text: str) -> None:
@@ -112,6 +119,13 @@ class Presence:
             runs = [(m.group(), m.start()) for m in _RUN.finditer(value)]
             if runs:
                 yield from self._indexed_places(value, runs)
+                return
+        if self._sizes >= _WORDS_FROM:  # a run of the value that is no word of the text: not there at all
+            words = self._words
+            for c in range(self._worded, len(self._folded)):
+                words.update(_RUN.findall(self._folded[c]))
+            self._worded = len(self._folded)
+            if not words.issuperset(_RUN.findall(value)):
                 return
         for c, line in enumerate(self._folded):
             self._read += len(line)

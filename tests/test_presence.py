@@ -42,10 +42,12 @@ def _reference_spans(text: str, value: str) -> list[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def _indexing(on: bool) -> Iterator[None]:
-    """With `on`, every text is searched through its word index from the first query."""
+def _indexing(mode: str) -> Iterator[None]:
+    """Every text searched with `str.find` alone ("find"), after its set of words ("words"), or through the
+    index of its words' places ("index"), from the first query."""
     with pytest.MonkeyPatch.context() as mp:
-        if on:
+        mp.setattr(_presence, "_WORDS_FROM", 0 if mode == "words" else 10**9)
+        if mode == "index":
             mp.setattr(_presence, "_INDEX_FROM", 0)
             mp.setattr(_presence, "_INDEX_AFTER", -1)
         yield
@@ -56,9 +58,9 @@ values = st.text(alphabet=ALPHABET, min_size=1, max_size=5)
 
 
 @settings(max_examples=600, deadline=None)
-@given(text=texts, value=values, indexed=st.booleans())
+@given(text=texts, value=values, indexed=st.sampled_from(["find", "words", "index"]))
 def test_presence_answers_what_the_regular_expression_answers(text, value, indexed) -> None:
-    """Spans and membership equal the regular expression's, with `str.find` and with the word index."""
+    """Spans and membership equal the regular expression's, with `str.find`, the word set and the word index."""
     with _indexing(indexed):
         presence = Presence(text)
         expected = _reference_spans(text, value)
@@ -67,7 +69,7 @@ def test_presence_answers_what_the_regular_expression_answers(text, value, index
 
 
 @settings(max_examples=300, deadline=None)
-@given(lines=st.lists(texts, min_size=1, max_size=5), value=values, indexed=st.booleans())
+@given(lines=st.lists(texts, min_size=1, max_size=5), value=values, indexed=st.sampled_from(["find", "words", "index"]))
 def test_a_presence_grown_a_line_at_a_time_is_that_of_the_joined_text(lines, value, indexed) -> None:
     """`add` appends a line: the answers are those for the lines joined by newlines, a value across a line break
     included."""
@@ -87,7 +89,7 @@ def test_the_word_index_is_built_only_when_it_pays() -> None:
     text = " ".join(f"ORD-{k:05d} item_{k}" for k in range(3_000))
     presence = Presence(text)
     assert "ORD-00042" in presence and "ORD-99999" not in presence
-    assert presence._index is None
+    assert presence._index is None and "99999" not in presence._words  # the miss was answered by the word set
     for k in range(0, 3_000, 3):
         assert f"ord-{k:05d}" in presence
     assert presence._index is not None

@@ -46,7 +46,7 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import content_text
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
-from lc_compaction._presence import Presence
+from lc_compaction._presence import Presence, presence
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
 from lc_compaction.progress import fold_steps, keep_progress
@@ -283,11 +283,11 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
         results = [m for m in left if kind(m) == TOOL and read_truncation_note(content_text(m.content)) is None]
         held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or m not in results
                 for i in _identifiers_of(state, fact_guard, m)}
-        texts: dict[str, list[Presence]] = {}
+        texts: dict[str, list[Presence]] = {}  # each text's Presence kept for the next compaction (`presence`)
         if results:  # a tool result left holds what its text contains, as its tool's (read once, not extracted)
             names = tool_names(state.messages)
             for m in results:
-                texts.setdefault(tool_of(m, names), []).append(Presence(message_text(m)))  # type: ignore[arg-type]
+                texts.setdefault(tool_of(m, names), []).append(presence(message_text(m)))  # type: ignore[arg-type]
         identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
                        and not (i.source is not None and any(i in p for p in texts.get(i.source, ())))]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
