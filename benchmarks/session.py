@@ -1,8 +1,8 @@
 """Long histories for the benchmark: the shared recorded conversations joined into one session.
 
-The shared collection (``../shared/traces/*.jsonl``, OpenAI chat format, one conversation a line) holds short
-conversations (3,421 messages in the three files of December 2026). A long-running agent session is built by
-joining them:
+The shared collection (``traces/*.jsonl`` of the shared data, `tests.shared_data.traces_dir`: a fuller copy, else
+the copy vendored in the repository; OpenAI chat format, one conversation a line) holds short conversations. A
+long-running agent session is built by joining them:
 
 - conversations are taken round-robin across the files (one from each file in turn, then the rest of the longer
   file), so every size mixes tau-bench's many short user turns with AgentDojo's long tool outputs;
@@ -36,8 +36,6 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from lc_compaction.traces import parse_messages
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"
-"""``../shared/traces`` beside the repository: the shared collection of recorded conversations."""
 
 
 @dataclass(frozen=True)
