@@ -47,8 +47,6 @@ from benchmarks.results import bill_targets, render, render_bill, summary, targe
 from benchmarks.session import (
     REPO_ROOT,
     build_session,
-    call_points,
-    cut_at,
     interleaved_records,
     trace_files,
     typical_exchange,
@@ -142,13 +140,12 @@ def _conditions(situations: dict[int, Situation], *, repeat: int, warmup: int, b
     return out
 
 
-def _situation(session: list, points: list[int], exchange: list, size: int, model_name: str) -> Situation:
-    """The history of ``size`` messages: the session cut at the last call point leaving room for the exchange."""
+def _situation(session: list, exchange: list, size: int, model_name: str) -> Situation:
+    """The history of ``size`` messages (`cells.Situation.cut`)."""
     try:
-        p = cut_at(points, size - len(exchange))
+        return Situation.cut(session, size, exchange, model_name)
     except ValueError:
         raise click.ClickException(f"size {size}: no model call point early enough; use a larger size") from None
-    return Situation(session[:p], exchange, model_name)
 
 
 def _windows(value: str) -> list[int]:
@@ -198,9 +195,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
     exact_counter = TiktokenCounter(model_name)
     records = interleaved_records(traces)
     session = build_session(records, max(sizes) + 200)
-    points = call_points(session)
     exchange = typical_exchange(session)
-    situations = {size: _situation(session, points, exchange, size, model_name) for size in sizes}
+    situations = {size: _situation(session, exchange, size, model_name) for size in sizes}
     results: dict[str, Any] = {
         "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup,
                  "budget_s": budget_s,

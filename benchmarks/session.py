@@ -10,7 +10,11 @@ long-running agent session is built by joining them:
 - every message id becomes ``"{pass}/{conversation id}:{index}"`` and every tool call id
   ``"{pass}/{conversation id}:{original id}"`` (on the ``AIMessage``'s tool call and on its ``ToolMessage``), so
   they stay unique when the same conversations are joined again;
-- the join is repeated (pass 0, 1, 2, ...) until the session holds the number of messages asked for.
+- the join is repeated (pass 0, 1, 2, ...) until the session holds the number of messages asked for; from pass 1
+  on, every tool result ends with `pass_tag` (a line naming its pass), so a later pass is new work, not a repeat
+  of the earlier one: a tool result identical to an earlier one is deduplicated when it arrives
+  (``lc_compaction.dedup``), and a session repeating its first pass verbatim would be mostly such repeats. The
+  repeats within one conversation (an agent calling the same tool again) are kept as recorded.
 
 The session is cut at *model call points* (`call_points`, `cut_at`): positions where the next recorded message is
 an assistant message, i.e. where the agent loop calls the model; cutting there never leaves a tool call without
@@ -99,8 +103,15 @@ def interleaved_records(traces_dir: Path) -> list[Record]:
     return [r for group in zip_longest(*per_file) for r in group if r is not None]
 
 
-def _renamed(record: Record, prefix: str) -> list[dict[str, Any]]:
-    """The record's messages with message ids and tool call ids made unique by ``prefix`` (a deep copy)."""
+def pass_tag(k: int) -> str:
+    """What ends every tool result of pass ``k`` >= 1 of a session (see the module docstring)."""
+    return f"\n[session pass {k}]"
+
+
+def _renamed(record: Record, k: int) -> list[dict[str, Any]]:
+    """The record's messages for pass ``k`` (a deep copy): message ids and tool call ids prefixed ``"{k}/"``, and
+    from pass 1 on each tool result's content ending with `pass_tag` (a text part appended to a list content)."""
+    prefix = f"{k}/"
     msgs = copy.deepcopy(record.messages)
     for i, m in enumerate(msgs):
         m["id"] = f"{prefix}{record.id}:{m.get('id', i)}"
@@ -108,6 +119,12 @@ def _renamed(record: Record, prefix: str) -> list[dict[str, Any]]:
             tc["id"] = f"{prefix}{record.id}:{tc['id']}"
         if "tool_call_id" in m:
             m["tool_call_id"] = f"{prefix}{record.id}:{m['tool_call_id']}"
+        if k and m.get("role") == "tool":
+            content = m.get("content")
+            if isinstance(content, list):
+                m["content"] = [*content, {"type": "text", "text": pass_tag(k)}]
+            else:
+                m["content"] = f"{content or ''}{pass_tag(k)}"
     return msgs
 
 
@@ -127,7 +144,7 @@ def build_session(records: list[Record], n_messages: int) -> list[BaseMessage]:
     k = 0
     while len(session) < n_messages:
         for rec in records:
-            msgs = parse_messages(_renamed(rec, f"{k}/"), path=str(rec.path), line=rec.line,
+            msgs = parse_messages(_renamed(rec, k), path=str(rec.path), line=rec.line,
                                   conversation_id=f"{k}/{rec.id}")
             if session:
                 msgs = [m for m in msgs if not isinstance(m, SystemMessage)]
