@@ -9,10 +9,10 @@ exchange, the same at every size (``exchange``: the session's median tool exchan
 own, see `grown`), so the sizes differ only by the history before it and every sample meets new messages. The
 history before them is as our front door's state holds it (`settled`: a tool result that repeats an earlier one
 is already the note it became when it arrived, ``lc_compaction.dedup``), and no new result repeats an earlier
-one: a call that finds a repeat writes its note, which is not the steady state. Our front doors get what they stored at
-the previous sample's call (the node's ``compaction`` memory; the per-message count cache of the policy's
-counter), exactly as LangGraph passes state from one step to the next; the first sample's previous call is made
-untimed (`_Previous`). Our nodes get a config like LangGraph's (`graph_config`). One more row of ours
+one: a call that finds a repeat writes its note, which is not the steady state. Our front doors get what they
+stored at the previous sample's call (the node's ``compaction`` memory; the per-message count cache of the
+policy's counter), exactly as LangGraph passes state from one step to the next; the first sample's previous call
+is made untimed (`_Previous`). Our nodes get a config like LangGraph's (`graph_config`). One more row of ours
 (`RELOADED`) makes every call the first of a graph run on a checkpointed thread: the history comes back from
 LangGraph's checkpoint serializer as new, equal objects. The window is `STEADY_WINDOW`, larger than every history
 here, so no call compacts (checked after every call).
