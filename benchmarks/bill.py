@@ -237,11 +237,11 @@ def _our_rows(paths: list[Path], policy: CompactionPolicy, cache: PromptCache) -
         calls = [{"billed": c.billed_input, "billed_uncompacted": c.billed_input_uncompacted, "tokens": c.tokens_sent,
                   "tokens_uncompacted": c.tokens_uncompacted, "compacted": c.compacted,
                   "arrival_edits": c.arrival_edits,
-                  "prefix_broken": k > 0 and c.prefix_messages < conv.calls[k - 1].messages_sent,
+                  "prefix_broken": c.prefix_broken,
                   "over_window": c.tokens_sent > (policy.max_input_tokens or 0),
                   "ids": c.identifiers_so_far, "ids_held": c.identifiers_held,
                   "tool_ids": c.tool_identifiers_so_far, "tool_ids_held": c.tool_identifiers_held}
-                 for k, c in enumerate(conv.calls)]
+                 for c in conv.calls]
         fits = max((c.tokens_uncompacted for c in conv.calls), default=0) <= (budget or 0)
         tally.conversation(calls, fits_uncompacted=fits)
     return tally

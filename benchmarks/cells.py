@@ -5,11 +5,14 @@ Two situations, each at every history size (see ``session.py`` for how a history
 **Steady state** (nothing to compact; the common case, paid on every model call). Consecutive samples are
 consecutive model calls of one session: the history at sample ``i`` is the one at sample ``i - 1`` plus one
 exchange, the same at every size (``exchange``: the session's median tool exchange, see
-``session.typical_exchange``, relabeled each time with fresh message and tool call ids, see `grown`), so the sizes
-differ only by the history before it and every sample meets new messages. Our front doors get what they stored at
-the previous sample's call (the node's ``compaction`` memory; the per-message count cache of the policy's
-counter), exactly as LangGraph passes state from one step to the next; the first sample's previous call is made
-untimed (`_Previous`). Our nodes get a config like LangGraph's (`graph_config`). One more row of ours
+``session.typical_exchange``, relabeled each time with fresh message and tool call ids and a tool result of its
+own, see `grown`), so the sizes differ only by the history before it and every sample meets new messages. The
+history before them is as our front door's state holds it (`settled`: a tool result that repeats an earlier one
+is already the note it became when it arrived, ``lc_compaction.dedup``), and no new result repeats an earlier
+one: a call that finds a repeat writes its note, which is not the steady state. Our front doors get what they
+stored at the previous sample's call (the node's ``compaction`` memory; the per-message count cache of the
+policy's counter), exactly as LangGraph passes state from one step to the next; the first sample's previous call
+is made untimed (`_Previous`). Our nodes get a config like LangGraph's (`graph_config`). One more row of ours
 (`RELOADED`) makes every call the first of a graph run on a checkpointed thread: the history comes back from
 LangGraph's checkpoint serializer as new, equal objects. The window is `STEADY_WINDOW`, larger than every history
 here, so no call compacts (checked after every call).
@@ -67,13 +70,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.runtime import Runtime
 
+from benchmarks.session import call_points, cut_at
 from benchmarks.timing import Timed
 from lc_compaction import CompactionPolicy, TiktokenCounter, compact
 from lc_compaction.integrations.langgraph import CompactionNode
 from lc_compaction.integrations.middleware import CompactionMiddleware
 
 __all__ = ["FIRING_TARGET", "FIRING_TRIGGER", "HEADLINE", "RELOADED", "STEADY_WINDOW", "Cell", "Situation",
-           "firing_cells", "graph_config", "grown", "headline_cell", "steady_cells"]
+           "firing_cells", "graph_config", "grown", "headline_cell", "settled", "steady_cells"]
 
 STEADY_WINDOW = 100_000_000
 """Window (tokens) of the steady-state rows: larger than every history here (8,000 messages are ~2M tokens),
@@ -94,12 +98,31 @@ REPLY = AIMessage(content="ok", id="benchmark-reply")
 """What the fake model handler returns to the middlewares (never part of a measured history)."""
 
 
+def settled(history: list[BaseMessage], model_name: str) -> list[BaseMessage]:
+    """``history`` as our front door's state holds it after the calls that brought it there: its arrival edits
+    applied (each tool result that repeats an earlier one is the note it became when it arrived, `compact` under
+    the steady rows' window, `STEADY_WINDOW`), so that a call on it finds nothing to do. The same list object when
+    there is nothing to edit.
+
+    Raises:
+        AssertionError: the history is over `STEADY_WINDOW`, or a call on the settled history would edit it again.
+    """
+    def policy() -> CompactionPolicy:
+        return CompactionPolicy(max_input_tokens=STEADY_WINDOW, model_name=model_name)
+
+    result = compact(history, policy())
+    _expect(not result.triggered, f"a history of {len(history)} messages is over the steady window")
+    _expect(compact(result.messages, policy()).messages is result.messages,
+            "the settled history is edited again by the next call")
+    return result.messages
+
+
 @dataclass
 class Situation:
     """One history size.
 
     Attributes:
-        prefix: the history at the first model call (the session cut at a call point).
+        prefix: the history at the first model call (the session cut at a call point), `settled`.
         exchange: the messages each later call adds: an assistant message with tool calls and their results.
         model_name: chooses the tiktoken encoding of the exact counter.
     """
@@ -108,6 +131,18 @@ class Situation:
     exchange: list[BaseMessage]
     model_name: str
     _added: list[BaseMessage] = field(default_factory=list, repr=False, compare=False)
+
+    @classmethod
+    def cut(cls, session: list[BaseMessage], size: int, exchange: list[BaseMessage], model_name: str
+            ) -> Situation:
+        """The situation of ``size`` messages: ``session`` cut at its last model call point leaving room for one
+        ``exchange`` (``session.cut_at``), `settled`.
+
+        Raises:
+            ValueError: no call point early enough (``session.cut_at``).
+        """
+        p = cut_at(call_points(session), size - len(exchange))
+        return cls(settled(session[:p], model_name), exchange, model_name)
 
     @property
     def messages(self) -> int:
@@ -156,7 +191,8 @@ def _suffix(value: str, i: int) -> str:
 
 def _relabeled(exchange: list[BaseMessage], j: int) -> list[BaseMessage]:
     """Copies of ``exchange`` with ``~j`` appended to their ids and tool call ids (on both the call and its
-    result), so no count cache has seen them."""
+    result), so no count cache has seen them, and to each tool result's text (a line ``[call ~j]``), so none
+    repeats the exchange's original in the session or another copy (a repeat would be deduplicated on arrival)."""
     out: list[BaseMessage] = []
     for m in exchange:
         update: dict[str, Any] = {"id": _suffix(m.id or "m", j)}
@@ -164,6 +200,9 @@ def _relabeled(exchange: list[BaseMessage], j: int) -> list[BaseMessage]:
             update["tool_calls"] = [{**tc, "id": _suffix(tc["id"], j)} for tc in m.tool_calls]
         if isinstance(m, ToolMessage):
             update["tool_call_id"] = _suffix(m.tool_call_id, j)
+            tag = f"\n[call ~{j}]"
+            update["content"] = ([*m.content, {"type": "text", "text": tag}] if isinstance(m.content, list)
+                                 else f"{m.content}{tag}")
         out.append(m.model_copy(update=update))
     return out
 

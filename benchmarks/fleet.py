@@ -55,6 +55,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from tests.shared_data import traces_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 CLOSING = "[replay: the recording has no reply here]"
 HANDLE = re.compile(r'recall_tool_result\(tool_call_id=("(?:[^"\\]|\\.)*")\)')
@@ -342,7 +344,7 @@ def run_fleet(uri: str, *, workers: int = 4, threads: int = 25, max_turns: int |
     if workers < 2:
         raise ValueError("workers: at least 2 (a thread's consecutive turns must go to different workers), "
                          f"got {workers}")
-    traces = traces or Path(os.environ.get("LC_COMPACTION_SHARED", ROOT.parent / "shared")) / "traces"
+    traces = traces or traces_dir()
     n = workers * threads
     spec = {"n_threads": n, "threads": threads, "max_turns": max_turns, "traces": str(traces),
             "run": f"fleet{os.getpid()}x{int(time.time())}"}

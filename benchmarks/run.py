@@ -45,11 +45,8 @@ from benchmarks.machine import machine_info
 from benchmarks.profiling import profile_calls
 from benchmarks.results import bill_targets, render, render_bill, summary, targets
 from benchmarks.session import (
-    DEFAULT_TRACES_DIR,
     REPO_ROOT,
     build_session,
-    call_points,
-    cut_at,
     interleaved_records,
     trace_files,
     typical_exchange,
@@ -57,6 +54,7 @@ from benchmarks.session import (
 from benchmarks.timing import flush_caches, measure, paired_ratio, peak_memory
 from langchain_core.messages.utils import count_tokens_approximately
 from lc_compaction import TiktokenCounter
+from tests.shared_data import traces_dir as default_traces_dir
 
 DEFAULT_SIZES = (250, 1_000, 2_000, 8_000)
 """History sizes (messages) of the issue."""
@@ -142,13 +140,12 @@ def _conditions(situations: dict[int, Situation], *, repeat: int, warmup: int, b
     return out
 
 
-def _situation(session: list, points: list[int], exchange: list, size: int, model_name: str) -> Situation:
-    """The history of ``size`` messages: the session cut at the last call point leaving room for the exchange."""
+def _situation(session: list, exchange: list, size: int, model_name: str) -> Situation:
+    """The history of ``size`` messages (`cells.Situation.cut`)."""
     try:
-        p = cut_at(points, size - len(exchange))
+        return Situation.cut(session, size, exchange, model_name)
     except ValueError:
         raise click.ClickException(f"size {size}: no model call point early enough; use a larger size") from None
-    return Situation(session[:p], exchange, model_name)
 
 
 def _windows(value: str) -> list[int]:
@@ -198,9 +195,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
     exact_counter = TiktokenCounter(model_name)
     records = interleaved_records(traces)
     session = build_session(records, max(sizes) + 200)
-    points = call_points(session)
     exchange = typical_exchange(session)
-    situations = {size: _situation(session, points, exchange, size, model_name) for size in sizes}
+    situations = {size: _situation(session, exchange, size, model_name) for size in sizes}
     results: dict[str, Any] = {
         "meta": {**machine_info(), "load_before": _load(), "sizes": sizes, "repeat": repeat, "warmup": warmup,
                  "budget_s": budget_s,
@@ -263,7 +259,8 @@ def run_benchmark(*, sizes: list[int], repeat: int, warmup: int, budget_s: float
 @click.option("--budget", "budget_s", default=2.0, show_default=True, type=click.FloatRange(0),
               help="Seconds per cell after which sampling stops (at least 3 samples are always taken).")
 @click.option("--traces", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help=f"Folder of *.jsonl recorded conversations [default: {DEFAULT_TRACES_DIR}].")
+              help="Folder of *.jsonl recorded conversations [default: the shared data's traces/: "
+                   "$LC_COMPACTION_SHARED, else ../shared, else the copy vendored in tests/data].")
 @click.option("--model-name", default="gpt-4o", show_default=True, help="Chooses the tiktoken encoding.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The Markdown report. [default: benchmarks/RESULTS.md, or benchmarks/BILL.md with --bill-only]")
@@ -285,7 +282,7 @@ def main(sizes: str, repeat: int, warmup: int, budget_s: float, traces: Path | N
          identifier_windows: str, bill_conversations: int | None, bill_only: bool) -> None:
     """Benchmark compaction per model call against LangChain's anchors; write the Markdown report."""
     warnings.simplefilter("ignore")  # deprecation notices of the anchors would drown the progress bar
-    traces_dir = traces or DEFAULT_TRACES_DIR
+    traces_dir = traces or default_traces_dir()
     if not traces_dir.is_dir():
         raise click.ClickException(f"no traces folder at {traces_dir}; give --traces DIR")
     command = "python benchmarks/run.py" + "".join(f" {a}" for a in sys.argv[1:])

@@ -1,8 +1,8 @@
 """Long histories for the benchmark: the shared recorded conversations joined into one session.
 
-The shared collection (``../shared/traces/*.jsonl``, OpenAI chat format, one conversation a line) holds short
-conversations (3,421 messages in the three files of December 2026). A long-running agent session is built by
-joining them:
+The shared collection (``traces/*.jsonl`` of the shared data, `tests.shared_data.traces_dir`: a fuller copy, else
+the copy vendored in the repository; OpenAI chat format, one conversation a line) holds short conversations. A
+long-running agent session is built by joining them:
 
 - conversations are taken round-robin across the files (one from each file in turn, then the rest of the longer
   file), so every size mixes tau-bench's many short user turns with AgentDojo's long tool outputs;
@@ -10,7 +10,11 @@ joining them:
 - every message id becomes ``"{pass}/{conversation id}:{index}"`` and every tool call id
   ``"{pass}/{conversation id}:{original id}"`` (on the ``AIMessage``'s tool call and on its ``ToolMessage``), so
   they stay unique when the same conversations are joined again;
-- the join is repeated (pass 0, 1, 2, ...) until the session holds the number of messages asked for.
+- the join is repeated (pass 0, 1, 2, ...) until the session holds the number of messages asked for; from pass 1
+  on, every tool result ends with `pass_tag` (a line naming its pass), so a later pass is new work, not a repeat
+  of the earlier one: a tool result identical to an earlier one is deduplicated when it arrives
+  (``lc_compaction.dedup``), and a session repeating its first pass verbatim would be mostly such repeats. The
+  repeats within one conversation (an agent calling the same tool again) are kept as recorded.
 
 The session is cut at *model call points* (`call_points`, `cut_at`): positions where the next recorded message is
 an assistant message, i.e. where the agent loop calls the model; cutting there never leaves a tool call without
@@ -36,8 +40,6 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from lc_compaction.traces import parse_messages
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"
-"""``../shared/traces`` beside the repository: the shared collection of recorded conversations."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,15 @@ def interleaved_records(traces_dir: Path) -> list[Record]:
     return [r for group in zip_longest(*per_file) for r in group if r is not None]
 
 
-def _renamed(record: Record, prefix: str) -> list[dict[str, Any]]:
-    """The record's messages with message ids and tool call ids made unique by ``prefix`` (a deep copy)."""
+def pass_tag(k: int) -> str:
+    """What ends every tool result of pass ``k`` >= 1 of a session (see the module docstring)."""
+    return f"\n[session pass {k}]"
+
+
+def _renamed(record: Record, k: int) -> list[dict[str, Any]]:
+    """The record's messages for pass ``k`` (a deep copy): message ids and tool call ids prefixed ``"{k}/"``, and
+    from pass 1 on each tool result's content ending with `pass_tag` (a text part appended to a list content)."""
+    prefix = f"{k}/"
     msgs = copy.deepcopy(record.messages)
     for i, m in enumerate(msgs):
         m["id"] = f"{prefix}{record.id}:{m.get('id', i)}"
@@ -110,6 +119,12 @@ def _renamed(record: Record, prefix: str) -> list[dict[str, Any]]:
             tc["id"] = f"{prefix}{record.id}:{tc['id']}"
         if "tool_call_id" in m:
             m["tool_call_id"] = f"{prefix}{record.id}:{m['tool_call_id']}"
+        if k and m.get("role") == "tool":
+            content = m.get("content")
+            if isinstance(content, list):
+                m["content"] = [*content, {"type": "text", "text": pass_tag(k)}]
+            else:
+                m["content"] = f"{content or ''}{pass_tag(k)}"
     return msgs
 
 
@@ -129,7 +144,7 @@ def build_session(records: list[Record], n_messages: int) -> list[BaseMessage]:
     k = 0
     while len(session) < n_messages:
         for rec in records:
-            msgs = parse_messages(_renamed(rec, f"{k}/"), path=str(rec.path), line=rec.line,
+            msgs = parse_messages(_renamed(rec, k), path=str(rec.path), line=rec.line,
                                   conversation_id=f"{k}/{rec.id}")
             if session:
                 msgs = [m for m in msgs if not isinstance(m, SystemMessage)]

@@ -2,8 +2,9 @@
 
     lc-compaction replay [TRACE.jsonl ...] [--max-input-tokens N] [--trigger KIND=VALUE ...] [--keep KIND=VALUE]
                          [--target KIND=VALUE] [--reserve N] [--token-counter exact|approximate]
-                         [--model-name NAME] [--cached-price P] [--json] [--plot PNG]
-    lc-compaction compact [MESSAGES.json | TRACE.jsonl | -] [the same policy options] [--output-format ...] [--report]
+                         [--model-name NAME] [--strategies LIST] [--cached-price P] [--json] [--plot PNG]
+    lc-compaction compact [MESSAGES.json | TRACE.jsonl | -] [the same policy options] [--repair]
+                          [--output-format ...] [--report]
     lc-compaction --version
 
 Sizes on the command line are `KIND=VALUE` (the tuples of `CompactionPolicy`): `tokens=6000`, `fraction=0.8`,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,14 +120,15 @@ def _strategies(spec: str) -> list[Any]:
 
 
 def _make_policy(max_input_tokens: int, triggers: tuple[Any, ...], keep: Any, target: Any, reserve: int | None,
-                 token_counter: str, model_name: str, strategies: str = "truncate,drop",
+                 token_counter: str, model_name: str, strategies: str = "truncate,drop", repair: bool = False,
                  cached_price: float = DEFAULT_CACHED_PRICE) -> CompactionPolicy:
     from lc_compaction._offline import EncodingUnavailableError
 
     kwargs: dict[str, Any] = {"max_input_tokens": max_input_tokens, "trigger": list(triggers) or None,
                               "target": target, "reserve": reserve, "token_counter": token_counter,
                               "model_name": model_name, "strategies": _strategies(strategies),
-                              "cached_price": cached_price}
+                              "cached_price": cached_price,
+                              "repair": True if repair else None}  # None: compact() raises (its default)
     if keep is not None:
         kwargs["keep"] = keep
     try:
@@ -161,7 +164,8 @@ def _finite(value: float, param: click.Parameter) -> float:
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object (totals, policy, cache model, per file, per conversation, per call).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
-              help="Draw the context size per call with and without compaction to this PNG file.")
+              help="Draw the context size per call with and without compaction to this PNG file, with the window, "
+                   "the budget (over it the policy compacts: the trigger by default) and --trigger's tokens.")
 def replay(traces: tuple[Path, ...], cached_price: float, as_json: bool, plot: Path | None,
            **settings: Any) -> None:
     """Replay recorded conversations (OpenAI chat format JSONL, one conversation a line; or a JSON list of one
@@ -204,11 +208,11 @@ def _plot(report: Any, policy: CompactionPolicy, path: Path) -> None:
         raise click.UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     from lc_compaction.report import plot_context
 
-    triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens)
+    triggers = policy.trigger_tokens()  # the trigger's token thresholds (tokens); none by default: the budget
     fig = Figure(figsize=(10, 5.5), layout="constrained")
     ax = fig.subplots()
     plot_context({c.id: c for c in report.conversations}, window=policy.max_input_tokens,
-                 trigger=min(triggers) if triggers else None, ax=ax)
+                 trigger=min(triggers) if triggers else None, budget=policy.budget_tokens(), ax=ax)
     fig.savefig(path, format="png", dpi=110)
     click.echo(f"plot written to {path}", err=True)
 
@@ -249,41 +253,86 @@ def _table(data: dict[str, Any]) -> str:
               "back-to-back: compactions on the call right after another compaction;",
               "ids kept: (call, identifier) pairs whose identifier of the history so far is still in what was sent;",
               "peak input: the largest single call with compaction; ms: compaction time per model call."]
-    return "\n".join(lines)
+    notes = [textwrap.fill(note, width=116) for name, d in [(Path(f["path"]).name, f) for f in data["files"]]
+             + [("total", data)] if (note := _bill_note(name, d))]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _bill_note(name: str, d: dict[str, Any]) -> str | None:
+    """Why a row's bill ratio is above 1, in its own figures (`summarize_calls`' prefix_breaks and
+    calls_after_first_compaction); None when it is not above 1."""
+    ratio = d["bill_ratio"]
+    if ratio is None or ratio <= 1:
+        return None
+    breaks, after, calls = d["prefix_breaks"], d["calls_after_first_compaction"], d["model_calls"]
+    head = (f"{name}: bill ratio {ratio:.3f}, above 1: compaction broke the provider's cached prefix {breaks} "
+            f"time{'s' if breaks != 1 else ''}, and each break bills the rest of that call's history uncached; ")
+    if 2 * after <= calls:
+        return head + (f"only {after} of the {calls} calls came after a conversation's first compaction: it was "
+                       "needed only near the end, and the few smaller calls after it did not pay the breaks back.")
+    return head + (f"the {after} of the {calls} calls after a conversation's first compaction sent smaller "
+                   "histories, but saved less than the breaks cost.")
 
 
 # ----------------------------------------------------------------------------------------------------- compact
+REPAIR_HINT = " (--repair repairs it)"
+"""Added to the error of an input whose only fault is one `compact --repair` repairs."""
+
+
+def _repair_hint(data: bytes, name: str) -> str:
+    """`REPAIR_HINT` when `data` is refused only for a history rule (it reads without them), else ""."""
+    from lc_compaction.traces import TraceFormatError, parse_trace_input
+
+    try:
+        parse_trace_input(data, path=name, check_history=False)
+    except TraceFormatError:
+        return ""
+    return REPAIR_HINT
+
+
 @main.command("compact", short_help="Compact a message list (JSON) or trace JSONL and print the result.")
 @click.argument("source", type=click.File("rb"), default="-")
 @_policy_options
+@click.option("--repair", is_flag=True,
+              help="Repair a broken history (a tool result without its call, a call without its result, a repeated "
+                   "id, ...) instead of stopping on it: CompactionPolicy(repair=True), so when compaction runs "
+                   "(over the trigger or the budget; under them the history is printed as it is, with a warning); "
+                   "every repair is reported (--report: \"repairs\"). [default: a broken history is an error naming "
+                   "the message]")
 @click.option("--output-format", type=click.Choice(["auto", "openai", "langchain"]), default="auto",
               show_default=True, help="auto: the input's format (OpenAI dicts, or LangChain messages_to_dict).")
 @click.option("--report", is_flag=True, help="Also print what was done to stderr: CompactionResult.to_dict() "
                                              "without removed_ids (the actions name every removed message once).")
-def compact_command(source: Any, output_format: str, report: bool, **settings: Any) -> None:
+def compact_command(source: Any, repair: bool, output_format: str, report: bool, **settings: Any) -> None:
     """Compact conversations read from SOURCE (a file, or - for stdin) and print them compacted, in the input's
     layout: a JSON list of messages (OpenAI format or LangChain messages_to_dict) gives a JSON list; trace JSONL
     (one {"messages": [...]} object a line, what `replay` reads) gives JSONL, each line the same object with its
-    messages compacted; one trace object over several lines gives that object."""
+    messages compacted; one trace object over several lines gives that object. A broken history (tool calls and
+    results not paired, a repeated id) is an error naming the message, or with --repair is repaired."""
     from langchain_core.messages import convert_to_openai_messages, messages_to_dict
 
     from lc_compaction.compact import compact
-    from lc_compaction.structure import InvalidHistoryError
+    from lc_compaction.structure import InvalidHistoryError, check_invariants
     from lc_compaction.traces import TraceFormatError, parse_trace_input
 
-    policy = _make_policy(**settings)
+    policy = _make_policy(repair=repair, **settings)
     name = source.name if isinstance(getattr(source, "name", None), str) else "<stdin>"
-    try:
-        read = parse_trace_input(source.read(), path=name)
+    data = source.read()
+    try:  # with --repair the history rules are compact()'s to repair, not the reader's to refuse
+        read = parse_trace_input(data, path=name, check_history=not repair)
     except TraceFormatError as exc:
-        raise InputError(str(exc)) from None
+        raise InputError(f"{exc}{'' if repair else _repair_hint(data, name)}") from None
     outputs: list[Any] = []
     reports: list[dict[str, Any]] = []
     for trace in read.traces:
         try:
             result = compact(trace.messages, policy)
-        except InvalidHistoryError as exc:
-            raise InputError(f"{name} line {trace.line}: {exc}") from None
+        except InvalidHistoryError as exc:  # with --repair: a fault repair could not fix
+            raise InputError(f"{name} line {trace.line}: {exc}{'' if repair else REPAIR_HINT}") from None
+        if repair and not result.triggered and (left := check_invariants(result.messages)):
+            click.echo(f"warning: {name} line {trace.line}: printed as it is, not repaired: under the trigger "
+                       f"compaction does not run, and checks and repairs nothing (as compact() with repair=True); "
+                       f"{len(left)} fault(s), the first: {left[0]}", err=True)
         fmt = output_format if output_format != "auto" else trace.message_format
         outputs.append(messages_to_dict(result.messages) if fmt == "langchain"
                        else convert_to_openai_messages(result.messages))

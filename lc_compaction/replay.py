@@ -86,6 +86,11 @@ class CallRecord:
         cached_tokens_uncompacted / billed_input_uncompacted: the same without compaction (the recording before
             this call against the recording before the previous one).
         back_to_back: this call compacted and so did the previous call of the conversation.
+        prefix_broken: this call's sent history does not start with all the previous call sent
+            (`prefix_messages` below the previous call's `messages_sent`): the provider's cached prefix broke
+            here, and the rest of the history is billed uncached (a compaction rewrote it).
+        after_compaction: an earlier call of the conversation compacted (the calls that send the smaller
+            history a compaction made, and so can pay back its broken prefix).
         identifiers_so_far: distinct identifiers in the recording before this call (`recall`: reservation ids,
             flight numbers, codes, amounts, e-mails, user and payment ids, long numbers).
         identifiers_held: of them, those the sent history still holds.
@@ -118,6 +123,8 @@ class CallRecord:
     billed_input_uncompacted: float = 0.0
     back_to_back: bool = False
     arrival_edits: bool = False
+    prefix_broken: bool = False
+    after_compaction: bool = False
     identifiers_so_far: int = 0
     identifiers_held: int = 0
     tool_identifiers_so_far: int = 0
@@ -137,6 +144,7 @@ class CallRecord:
                 "prefix_messages": self.prefix_messages, "cached_tokens_uncompacted": self.cached_tokens_uncompacted,
                 "billed_input_uncompacted": round(self.billed_input_uncompacted, 2),
                 "back_to_back": self.back_to_back, "arrival_edits": self.arrival_edits,
+                "prefix_broken": self.prefix_broken, "after_compaction": self.after_compaction,
                 "identifiers_so_far": self.identifiers_so_far,
                 "identifiers_held": self.identifiers_held, "tool_identifiers_so_far": self.tool_identifiers_so_far,
                 "tool_identifiers_held": self.tool_identifiers_held}
@@ -176,7 +184,10 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         invariant_violations (total count over all sent histories), first_request_missing_calls,
         compaction_ms_median, compaction_ms_p95, compaction_ms_max (None when there are no calls),
         identifiers_evicted / identifiers_kept (summed over calls; see `CallRecord`): the share a summary keeps
-        without the fact guard.
+        without the fact guard;
+        prefix_breaks (calls whose cached prefix broke: `CallRecord.prefix_broken`), calls_after_first_compaction
+        (calls after their conversation's first compaction: `CallRecord.after_compaction`), what decides whether
+        compaction lowers the bill (`bill_ratio` below 1) or raises it.
     """
     ms = [c.compaction_ms for c in calls]
     unc = sum(c.tokens_uncompacted for c in calls)
@@ -211,6 +222,8 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "billed_input_uncompacted": round(billed_unc, 2),
         "bill_ratio": bill_ratio(billed, billed_unc),
         "back_to_back_compactions": sum(1 for c in calls if c.back_to_back),
+        "prefix_breaks": sum(1 for c in calls if c.prefix_broken),
+        "calls_after_first_compaction": sum(1 for c in calls if c.after_compaction),
         "identifiers_so_far": ids,
         "identifiers_held": ids_held,
         "identifiers_held_fraction": round(ids_held / ids, 4) if ids else None,
@@ -300,6 +313,7 @@ class _Replayer:
         bill_uncompacted = self.meter_uncompacted.bill(uncompacted, input_tokens=tokens_uncompacted)
         held = self.identifiers.held(sent)
         compacted = result.compacted and result.triggered
+        previous = self.calls[-1] if self.calls else None
         record = CallRecord(
             index=len(self.calls), message_index=i,
             tokens_uncompacted=tokens_uncompacted,
@@ -315,7 +329,9 @@ class _Replayer:
             identifiers_kept=int(result.details.get("identifiers_kept_by_summary", 0)),
             cached_tokens=bill.cached_tokens, billed_input=bill.billed, prefix_messages=bill.shared_messages,
             cached_tokens_uncompacted=bill_uncompacted.cached_tokens, billed_input_uncompacted=bill_uncompacted.billed,
-            back_to_back=compacted and bool(self.calls) and self.calls[-1].compacted,
+            back_to_back=compacted and previous is not None and previous.compacted,
+            prefix_broken=previous is not None and bill.shared_messages < previous.messages_sent,
+            after_compaction=previous is not None and (previous.compacted or previous.after_compaction),
             identifiers_so_far=held.so_far, identifiers_held=held.held,
             tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held)
         self.calls.append(record)

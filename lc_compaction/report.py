@@ -117,17 +117,31 @@ def _axes(ax: Any) -> Any:
     return ax
 
 
+def _levels(ax: Axes, window: int | None, budget: float | None, trigger: float | None) -> None:
+    """The horizontal lines of a per-call plot: the window (solid), the budget (dash-dot) and the trigger (dotted),
+    each labelled with its tokens."""
+    if window is not None:
+        ax.axhline(window, color="black", linewidth=1.5, label=f"window ({window:,} tokens)")
+    if budget is not None:
+        ax.axhline(budget, color="black", linestyle="-.", linewidth=1.2,
+                   label=f"budget ({budget:,.0f} tokens; compaction when over it)")
+    if trigger is not None:
+        ax.axhline(trigger, color="black", linestyle=":", linewidth=1.2, label=f"trigger ({trigger:,.0f} tokens)")
+
+
 def plot_context(replays: Replays, window: int | None = None, trigger: float | None = None,
-                 ax: Axes | None = None, *, title: str | None = None) -> Axes:
+                 ax: Axes | None = None, *, title: str | None = None, budget: float | None = None) -> Axes:
     """Draw the input tokens of every model call, with compaction (solid) and without (dashed, same colour).
 
     Args:
         replays: {name: ConversationReplay} (or one replay, a list, a `ReplayReport`); x is the call number in
             its conversation, y its input tokens.
         window: the model's window in tokens (`max_input_tokens`), drawn as a black horizontal line.
-        trigger: the trigger threshold in tokens, drawn as a black dotted line.
+        trigger: the trigger threshold in tokens (`policy.trigger_tokens()`), drawn as a black dotted line.
         ax: the matplotlib Axes to draw on; a new figure (pyplot) when None.
         title: the plot's title (default "Context size per model call").
+        budget: the budget in tokens (`policy.budget_tokens()`: the window less the reply's reserve), a black
+            dash-dot line: a history over it is always compacted, and with no trigger set it is the trigger.
 
     Returns:
         The Axes drawn on.
@@ -147,10 +161,7 @@ def plot_context(replays: Replays, window: int | None = None, trigger: float | N
         ax.plot(x, [c.tokens_sent for c in conv.calls], linestyle="-", color=color, alpha=alpha, linewidth=1.5,
                 label=("with compaction" if k == 0 else None) if many else name)
     ax.plot([], [], linestyle="--", color="tab:gray", linewidth=1, label="dashed: without compaction")
-    if window is not None:
-        ax.axhline(window, color="black", linewidth=1.5, label=f"window ({window:,} tokens)")
-    if trigger is not None:
-        ax.axhline(trigger, color="black", linestyle=":", linewidth=1.2, label=f"trigger ({trigger:,.0f} tokens)")
+    _levels(ax, window, budget, trigger)
     ax.set_xlabel("model call")
     ax.set_ylabel("input tokens")
     ax.set_title(title or "Context size per model call")
@@ -541,7 +552,7 @@ def plot_bill(replays: Replays, ax: Axes | None = None, *, cumulative: bool = Fa
 
 def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | None = None,
                     trigger: float | None = None, *, title: str | None = None,
-                    figsize: tuple[float, float] = (13, 5)) -> Figure:
+                    figsize: tuple[float, float] = (13, 5), budget: float | None = None) -> Figure:
     """One conversation replayed under several policies, on one figure: input tokens per model call (left, with
     the window and the trigger) and cumulative input tokens sent (right), each policy in its colour, and the same
     conversation without compaction once, as a grey dashed line.
@@ -553,6 +564,7 @@ def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | Non
         trigger: the trigger threshold in tokens (`policy.trigger_tokens()`), a black dotted line.
         title: the figure's title (none by default).
         figsize: (width, height) in inches; default (13, 5).
+        budget: the budget in tokens (`policy.budget_tokens()`), a black dash-dot line (see `plot_context`).
 
     Returns:
         The matplotlib Figure (made with pyplot, so `plt.show()` and notebooks display it).
@@ -577,10 +589,7 @@ def plot_comparison(replays: Mapping[str, ConversationReplay], window: int | Non
     fig: Figure
     fig, (left, right) = plt.subplots(1, 2, figsize=figsize, layout="constrained")
     _draw(left, convs, cumulative=False)
-    if window is not None:
-        left.axhline(window, color="black", linewidth=1.5, label=f"window ({window:,} tokens)")
-    if trigger is not None:
-        left.axhline(trigger, color="black", linestyle=":", linewidth=1.2, label=f"trigger ({trigger:,.0f} tokens)")
+    _levels(left, window, budget, trigger)
     left.set_ylabel("input tokens")
     left.set_title("Input tokens per model call")
     left.legend(fontsize="small")

@@ -226,7 +226,7 @@ def _first_problem(exc: ValidationError) -> tuple[str | None, str]:
 # ---------------------------------------------------------------------------------------------------- parsing
 def parse_messages(messages: Any, *, path: str = "<input>", line: int | None = None,
                    conversation_id: str = "conversation",
-                   prefix: str = "messages") -> list[BaseMessage]:
+                   prefix: str = "messages", check_history: bool = True) -> list[BaseMessage]:
     """Validate a list of OpenAI-format message dicts and convert it to LangChain messages.
 
     Args:
@@ -235,6 +235,9 @@ def parse_messages(messages: Any, *, path: str = "<input>", line: int | None = N
             is the whole file).
         conversation_id: prefix of the ids given to messages without one (`f"{conversation_id}:{index}"`).
         prefix: the list's field path, named in errors ("messages" inside a trace line, "" for a bare list).
+        check_history: False: only the shape is checked, and the history rules (a repeated message id, tool
+            call / tool result pairing, order) are left to the caller: `compact(..., repair=True)` repairs them
+            (what `lc-compaction compact --repair` does).
 
     Returns:
         One `BaseMessage` a message, in order, each with a unique id (the input's or the stable one).
@@ -243,11 +246,12 @@ def parse_messages(messages: Any, *, path: str = "<input>", line: int | None = N
         TraceFormatError: naming `path`, `line` and the field, when the list is not a valid conversation: a
             wrong shape or type, tool-call arguments that are not a JSON object, a repeated message id, or a
             tool call / tool result pairing error (the message index and tool_call_id; the rules are the
-            core's `check_invariants`, except that a mid-history system message is accepted).
+            core's `check_invariants`, except that a mid-history system message is accepted); the last two
+            only with `check_history`.
     """
     if _is_langchain(messages):
         return _convert(_from_langchain(messages, path=path, line=line, prefix=prefix), path=path, line=line,
-                        conversation_id=conversation_id, prefix=prefix)
+                        conversation_id=conversation_id, prefix=prefix, check_history=check_history)
     try:
         _Record.model_validate({"messages": messages})
     except ValidationError as exc:
@@ -256,7 +260,7 @@ def parse_messages(messages: Any, *, path: str = "<input>", line: int | None = N
             field_path = prefix + field_path[len("messages"):]
         raise TraceFormatError(path, line, field_path, problem) from None
     return _convert(_from_openai(messages, path=path, line=line, prefix=prefix), path=path, line=line,
-                    conversation_id=conversation_id, prefix=prefix)
+                    conversation_id=conversation_id, prefix=prefix, check_history=check_history)
 
 
 def _is_langchain(messages: Any) -> bool:
@@ -286,14 +290,15 @@ def _from_langchain(raw: list[dict[str, Any]], *, path: str, line: int | None, p
 
 
 def _convert(converted: list[BaseMessage], *, path: str, line: int | None, conversation_id: str,
-             prefix: str) -> list[BaseMessage]:
-    """Check ids and pairing rules of a converted conversation, and give stable ids to messages without one."""
+             prefix: str, check_history: bool = True) -> list[BaseMessage]:
+    """Check ids and pairing rules of a converted conversation (with `check_history`; see `parse_messages`),
+    and give stable ids to messages without one."""
     if not converted:
         raise TraceFormatError(path, line, prefix, "empty: a conversation needs at least one message")
     seen: dict[str, int] = {}
     for i, m in enumerate(converted):
         if m.id:
-            if m.id in seen:
+            if m.id in seen and check_history:
                 raise TraceFormatError(path, line, f"{prefix}[{i}].id", f"{m.id!r} repeats {prefix}[{seen[m.id]}].id")
             seen[m.id] = i
     out: list[BaseMessage] = []
@@ -305,7 +310,7 @@ def _convert(converted: list[BaseMessage], *, path: str, line: int | None, conve
                                        f"{stable!r} is the id this loader gives {prefix}[{i}]; use another id")
             message = message.model_copy(update={"id": stable})
         out.append(message)
-    for v in check_invariants(out):
+    for v in check_invariants(out) if check_history else ():
         if v.kind in TOLERATED_VIOLATIONS:
             continue
         where = "tool_call_id" if isinstance(out[v.index], ToolMessage) else "tool_calls" if v.tool_call_id else "role"
@@ -315,8 +320,9 @@ def _convert(converted: list[BaseMessage], *, path: str, line: int | None, conve
     return out
 
 
-def parse_record(record: Any, *, path: str = "<input>", line: int = 1) -> Trace:
-    """Validate one JSON-decoded trace line (an object with "messages") and convert it to a `Trace`.
+def parse_record(record: Any, *, path: str = "<input>", line: int = 1, check_history: bool = True) -> Trace:
+    """Validate one JSON-decoded trace line (an object with "messages") and convert it to a `Trace`
+    (`check_history`: see `parse_messages`).
 
     Raises:
         TraceFormatError: naming `path`, `line` and the field (see `parse_messages`).
@@ -333,7 +339,8 @@ def parse_record(record: Any, *, path: str = "<input>", line: int = 1) -> Trace:
     raw = record["messages"]
     converted = (_from_langchain(raw, path=path, line=line, prefix="messages") if langchain
                  else _from_openai(raw, path=path, line=line, prefix="messages"))
-    messages = _convert(converted, path=path, line=line, conversation_id=conv_id, prefix="messages")
+    messages = _convert(converted, path=path, line=line, conversation_id=conv_id, prefix="messages",
+                        check_history=check_history)
     extra = {k: v for k, v in record.items() if k not in ("id", "source", "license", "messages")}
     return Trace(id=conv_id, messages=messages, path=Path(path), line=line, source=parsed.source,
                  license=parsed.license, extra=extra, message_format="langchain" if langchain else "openai")
@@ -355,7 +362,7 @@ def _json_error(path: str, exc: json.JSONDecodeError, line_offset: int = 0) -> T
     return TraceFormatError(path, exc.lineno + line_offset, None, f"not valid JSON: {exc.msg} (column {exc.colno})")
 
 
-def parse_trace_input(data: bytes | str, *, path: str = "<input>") -> TraceInput:
+def parse_trace_input(data: bytes | str, *, path: str = "<input>", check_history: bool = True) -> TraceInput:
     """Read conversations from the bytes (or text) of a file, detecting the format.
 
     Formats (after leading whitespace):
@@ -369,6 +376,7 @@ def parse_trace_input(data: bytes | str, *, path: str = "<input>") -> TraceInput
     Args:
         data: the file's content; bytes are decoded as UTF-8.
         path: named in errors and used for the conversation ids (its stem).
+        check_history: False leaves the history rules to the caller (see `parse_messages`).
 
     Raises:
         TraceFormatError: naming `path`, the line and the field: not UTF-8 text (the line and the byte in it),
@@ -387,7 +395,8 @@ def parse_trace_input(data: bytes | str, *, path: str = "<input>") -> TraceInput
         except json.JSONDecodeError as exc:
             raise _json_error(path, exc) from None
         name = Path(path).stem if not path.startswith("<") else "conversation"
-        converted = parse_messages(messages, path=path, conversation_id=name, prefix="")
+        converted = parse_messages(messages, path=path, conversation_id=name, prefix="",
+                                   check_history=check_history)
         trace = Trace(id=name, messages=converted, path=Path(path), line=first_line,
                       message_format="langchain" if _is_langchain(messages) else "openai")
         return TraceInput("list", [trace])
@@ -408,9 +417,10 @@ def parse_trace_input(data: bytes | str, *, path: str = "<input>") -> TraceInput
                 except json.JSONDecodeError:
                     whole = None
                 if isinstance(whole, dict):
-                    return TraceInput("object", [parse_record(whole, path=path, line=first_line)], [whole])
+                    return TraceInput("object", [parse_record(whole, path=path, line=first_line,
+                                                              check_history=check_history)], [whole])
             raise _json_error(path, exc, line_no - 1) from None
-        traces.append(parse_record(record, path=path, line=line_no))
+        traces.append(parse_record(record, path=path, line=line_no, check_history=check_history))
         records.append(record)
     return TraceInput("jsonl", traces, records)
 

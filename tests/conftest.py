@@ -6,6 +6,8 @@
   without importing them: `tests/llama_fixture.py` (`llama_server`: a real llama.cpp server on 127.0.0.1,
   one per session, stopped by its pid), `tests/fakes.py` (`server`: a fake OpenAI-compatible server; and
   `ScriptedModel`, a scripted chat model).
+- Where the recorded conversations and cases are: `tests/shared_data.py` (a fuller copy named by
+  LC_COMPACTION_SHARED or at ../shared, else the copy vendored in tests/data); the header of a run says which.
 - History builders are plain functions in `tests/builders.py`, imported by name where they are used: a test
   calls a builder several times with different arguments, which a fixture would only wrap.
 """
@@ -20,9 +22,16 @@ from typing import Any
 
 import pytest
 
+from tests.shared_data import describe
+
 pytest_plugins = ["tests.llama_fixture", "tests.fakes"]
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "postgres"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which copy of the shared data the run reads (`tests.shared_data`)."""
+    return describe()
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,9 @@
   anchors, the four targets, and the machine; nothing about speed is asserted (figures vary by machine).
 - The joined session is the shared conversations in order (checked against the oracle's own loader), a valid
   history (the oracle's structural checks), with unique message and tool call ids across repeated joins.
+- Every cell measures what it names at a size where the session repeats itself and holds a conversation whose
+  tool results repeat: the steady-state rows compact nothing (no repeat is deduplicated on arrival), the firing
+  rows compact; checked by the benchmark's own sampling loop (`timing.measure`) with the cells' own checks.
 - The accuracy reference reproduces the OpenAI cookbook's published counts, and its "as ChatOpenAI sends"
   convention is what a real `ChatOpenAI` puts on the wire (captured by a local server on 127.0.0.1).
 """
@@ -20,8 +23,12 @@ from langchain_core.messages import AIMessage, SystemMessage, ToolMessage, conve
 from langchain_openai import ChatOpenAI
 
 from benchmarks.accuracy import REFERENCES, reference_tokens
-from benchmarks.cells import Situation, grown
-from benchmarks.session import build_session, call_points, cut_at, interleaved_records, typical_exchange
+from benchmarks.cells import Situation, firing_cells, grown, settled, steady_cells
+from benchmarks.run import FILLS
+from benchmarks.session import build_session, call_points, cut_at, interleaved_records, pass_tag, typical_exchange
+from benchmarks.timing import measure
+from lc_compaction import CompactionPolicy, compact
+from lc_compaction.dedup import duplicates
 from lc_compaction._offline import ensure_encoding
 from tests.agent_replay import ScriptedOpenAIServer
 from tests.oracle import check_all_structural, load_traces, shared_dir, trace_files
@@ -144,9 +151,46 @@ def test_session_joins_the_conversations_in_order():
     flat = [m for k, conv in enumerate(order) for m in conv if k == 0 or not isinstance(m, SystemMessage)]
     session = build_session(interleaved_records(TRACES), 2 * len(flat))
     assert [(m.type, m.text) for m in session[: len(flat)]] == [(m.type, m.text) for m in flat]
-    assert [(m.type, m.text) for m in session[len(flat): 2 * len(flat) - 1]] == \
-        [(m.type, m.text) for m in flat[1:]]  # the second pass: the same without the system prompt
+    # the second pass: the same without the system prompt, each tool result ending with the pass's tag
+    second = [(m.type, m.text) for m in session[len(flat): 2 * len(flat) - 1]]
+    assert second == [(m.type, m.text + pass_tag(1) if m.type == "tool" else m.text) for m in flat[1:]]
     assert sum(isinstance(m, SystemMessage) for m in session) == 1
+
+
+def _repeating_session() -> tuple[list, int]:
+    """A session of the first conversations (one of each file, and on until one whose tool results repeat, as an
+    agent calling the same tool again), joined more than once: (session, messages in its first pass)."""
+    records = interleaved_records(TRACES)
+    repeats = next(i for i, r in enumerate(records) if duplicates(build_session([r], 1)))
+    chosen = records[:max(len(trace_files()), repeats + 1)]
+    session = build_session(chosen, 3 * sum(len(r.messages) for r in chosen))
+    return session, next(i for i, m in enumerate(session) if m.id.startswith("1/"))
+
+
+def test_every_cell_measures_what_it_names_where_the_session_repeats_itself():
+    session, first_pass = _repeating_session()
+    sit = Situation.cut(session, first_pass + first_pass // 2, typical_exchange(session), "gpt-4o")
+    recorded = session[:len(sit.prefix)]
+    assert any(m.id.startswith("1/") for m in recorded)  # the history holds the second pass
+    assert duplicates(recorded)  # and tool results that repeat earlier ones, as recorded
+    # as the state holds it: the repeats are notes already, and no new exchange repeats anything
+    assert len(sit.prefix) == len(recorded) and sit.prefix != recorded
+    assert duplicates(grown(sit, 3)) == {}
+    cells = steady_cells(sit) + [c for fill in FILLS for c in firing_cells(sit, fill)]
+    # the benchmark's own loop, every sample checked by its cell (steady: nothing compacted; firing: compacted)
+    timings = measure([(c.setup, c.run) for c in cells], repeat=3, warmup=1, budget_s=0,
+                      checks=[c.check for c in cells])
+    assert [t.n for t in timings] == [3] * len(cells)
+
+
+def test_settled_history_is_what_the_next_call_leaves_alone():
+    session, first_pass = _repeating_session()
+    history = session[:first_pass]
+    out = settled(history, "gpt-4o")
+    policy = CompactionPolicy(max_input_tokens=10**8, model_name="gpt-4o")
+    assert out == compact(history, policy).messages and out != history  # the arrival edits, and only them
+    assert compact(out, policy).messages is out  # nothing left to edit
+    assert settled(out, "gpt-4o") is out
 
 
 def test_benchmark_histories_are_valid_with_unique_ids():

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from langchain_core.messages import AIMessage, convert_to_messages, messages_from_dict, messages_to_dict
+from langchain_core.messages import (
+    AIMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+    messages_from_dict,
+    messages_to_dict,
+)
 
 from lc_compaction import is_dropped_marker
 from lc_compaction.cli import main
@@ -115,6 +121,37 @@ def test_replay_plot_writes_a_png(tmp_path: Path):
 
     height, width = matplotlib.image.imread(out).shape[:2]
     assert width > 500 and height > 300
+
+
+@pytest.mark.parametrize("trigger", [None, "tokens=3000"])
+def test_replay_plot_draws_the_window_the_budget_and_a_given_trigger(tmp_path: Path, monkeypatch, trigger):
+    """With the default policy (no trigger: compaction when over the budget) the budget line is drawn; a
+    --trigger's tokens are drawn beside it. The figure is the one the command saves (Figure.savefig watched)."""
+    from matplotlib.figure import Figure
+
+    from lc_compaction import CompactionPolicy
+
+    saved: list[Figure] = []
+    real_savefig = Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        saved.append(self)
+        return real_savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    args = ["replay", "--plot", str(tmp_path / "c.png"), "--max-input-tokens", "4000"]
+    result = _run(*args, *(["--trigger", trigger] if trigger else []))
+    assert result.exit_code == 0, result.output
+    (ax,) = saved[0].axes
+    levels = {ln.get_label(): ln.get_ydata()[0] for ln in ax.get_lines()
+              if ln.get_label().startswith(("window", "budget", "trigger"))}
+    budget = CompactionPolicy(max_input_tokens=4_000).budget_tokens()
+    expected = {"window (4,000 tokens)": 4_000, f"budget ({budget:,} tokens; compaction when over it)": budget}
+    if trigger:
+        expected["trigger (3,000 tokens)"] = 3_000
+    assert levels == expected
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert set(expected) <= legend
 
 
 def test_malformed_trace_exits_2_naming_file_line_and_field(tmp_path: Path):
@@ -358,3 +395,83 @@ def test_a_cached_price_that_is_not_a_number_is_a_usage_error():
     proc = _cli("replay", "--cached-price", "nan", str(bundled_traces()[1]))
     assert proc.returncode == 2 and b"Traceback" not in proc.stderr
     assert b"--cached-price" in proc.stderr and b"nan" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------ compact --repair
+def _broken_conversation() -> list[dict]:
+    """The bundled tau-bench conversation (about 10,000 tokens) with two faults: its first tool result is gone
+    (a call without its result) and a later result answers a call that no assistant message made."""
+    messages = json.loads(bundled_traces()[1].read_text("utf-8").splitlines()[0])["messages"]
+    first = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+    broken = messages[:first] + messages[first + 1:]
+    later = max(i for i, m in enumerate(broken) if m["role"] == "tool")
+    broken[later] = {**broken[later], "tool_call_id": "call_nobody_made"}
+    return broken
+
+
+def test_compact_repair_repairs_a_broken_history_as_the_policy_does(tmp_path: Path):
+    from lc_compaction import CompactionPolicy, compact
+    from lc_compaction.traces import parse_messages
+
+    broken = _broken_conversation()
+    src = tmp_path / "broken.json"
+    src.write_text(json.dumps(broken), encoding="utf-8")
+    refused = CliRunner().invoke(main, ["compact", str(src)])
+    assert refused.exit_code == 2 and "dangling tool call" in refused.output and "--repair" in refused.output
+    res = CliRunner().invoke(main, ["compact", "--repair", "--report", str(src)])
+    assert res.exit_code == 0, res.output
+    out = convert_to_messages(json.loads(res.stdout))
+    check_all_structural(out, out)  # paired, ordered: a history a provider accepts
+    report = json.loads(res.stderr)
+    kinds = {r["kind"] for r in report["repairs"]}
+    assert len(report["repairs"]) >= 2 and report["triggered"], report["repairs"]
+    # what CompactionPolicy(repair=True) does with the same history, the CLI's other settings left as they are
+    policy = CompactionPolicy(max_input_tokens=8_000, repair=True)
+    expected = compact(parse_messages(broken, path=str(src), conversation_id="broken", prefix="",
+                                      check_history=False), policy)
+    assert json.loads(res.stdout) == json.loads(json.dumps(convert_to_openai_messages(expected.messages)))
+    assert kinds == {r.kind for r in expected.repairs}
+
+
+def test_compact_repair_warns_when_a_broken_history_under_the_trigger_is_printed_as_it_is(tmp_path: Path):
+    broken = _broken_conversation()
+    src = tmp_path / "broken.json"
+    src.write_text(json.dumps(broken), encoding="utf-8")
+    res = CliRunner().invoke(main, ["compact", "--repair", "--max-input-tokens", "100000", str(src)])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.stdout)) == len(broken)  # compact() returned it unchanged: nothing ran
+    assert "not repaired: under the trigger" in res.stderr and "dangling_tool_call" in res.stderr
+
+
+# ------------------------------------------------------------------------------------- why a bill ratio is above 1
+def _break_figures(conversations: list[dict]) -> tuple[int, int]:
+    """(prefix breaks, calls after their conversation's first compaction), recomputed from the per-call records:
+    a break is a call that does not resend all of the previous call's history."""
+    breaks = after = 0
+    for conv in conversations:
+        calls = conv["calls"]
+        breaks += sum(c["prefix_messages"] < p["messages_sent"] for p, c in zip(calls, calls[1:]))
+        first = next((k for k, c in enumerate(calls) if c["compacted"]), None)
+        after += 0 if first is None else len(calls) - first - 1
+    return breaks, after
+
+
+@pytest.mark.parametrize("window", ["8000", "4000"])
+def test_replay_table_says_why_a_bill_ratio_is_above_1_and_only_then(window: str):
+    data = json.loads(_run("replay", "--json", "--max-input-tokens", window).stdout)
+    table = _run("replay", "--max-input-tokens", window).stdout
+    notes = " ".join(table.split("peak input:", 1)[1].split())  # the text under the table, unwrapped
+    rows = [(Path(f["path"]).name, f, f["by_conversation"]) for f in data["files"]]
+    rows.append(("total", data, [c for f in data["files"] for c in f["by_conversation"]]))
+    above = 0
+    for name, figures, conversations in rows:
+        assert (figures["prefix_breaks"], figures["calls_after_first_compaction"]) == _break_figures(conversations)
+        said = f"{name}: bill ratio" in notes
+        assert said == (figures["bill_ratio"] > 1), (name, figures["bill_ratio"])
+        if said:
+            above += 1
+            assert f"{name}: bill ratio {figures['bill_ratio']:.3f}, above 1" in notes
+            assert f"cached prefix {figures['prefix_breaks']} time" in notes
+            assert f"{figures['calls_after_first_compaction']} of the {figures['model_calls']} calls" in notes
+    if window == "8000":  # the bundled tau-bench pair needs compaction only near its end there
+        assert above > 0

@@ -108,6 +108,21 @@ def test_readme_summarize_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [i.value for i in guard.extract("see TCK-12 and TCK-7")] == ["TCK-12", "TCK-7"]
 
 
+def test_readme_fence_example_runs_alone() -> None:
+    """The fence example ("Tool output never speaks as the user") runs on its own, in a fresh namespace with
+    nothing from the blocks above it, as a reader who copies only it runs it; the summary it writes holds tool
+    data inside the fence, and the part outside the fences is the rest."""
+    (code,) = [b for b in python_blocks("Summarize") if "UNTRUSTED_DATA_FENCE" in b]
+    namespace: dict = {"__name__": "readme"}
+    exec(compile(code, f"{README.name}[fence example]", "exec"), namespace)
+    summaries = [m for m in namespace["summarized"].messages if namespace["is_summary"](m)]
+    assert len(summaries) == 1
+    text = namespace["summary_text"](summaries[0])
+    start, end = namespace["UNTRUSTED_DATA_FENCE"]
+    outside = namespace["outside_fences"](text)
+    assert start in text and end in text and start not in outside and len(outside) < len(text)
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # langchain's own notices on the deprecated classes
 def test_readme_chat_history_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The chat-history example: two turns through RunnableWithMessageHistory over a SQLite file; the second

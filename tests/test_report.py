@@ -53,7 +53,7 @@ def test_plot_context_draws_with_and_without_compaction_and_the_lines():
     replays = {c.id: c for c in report.conversations}
     fig = Figure()
     ax = fig.subplots()
-    out = plot_context(replays, window=WINDOW, trigger=4_800, ax=ax)
+    out = plot_context(replays, window=WINDOW, trigger=4_800, ax=ax, budget=5_400)
     assert out is ax
     lines = ax.get_lines()
     solid = [ln for ln in lines if ln.get_label() in replays]
@@ -64,8 +64,9 @@ def test_plot_context_draws_with_and_without_compaction_and_the_lines():
     assert all(ln.get_linestyle() == "-" for ln in solid)
     assert sorted(tuple(ln.get_ydata()) for ln in dashed) == unc
     hlines = {ln.get_label(): tuple(ln.get_ydata()) for ln in ax.get_lines()
-              if ln.get_label().startswith(("window", "trigger"))}
-    assert hlines == {f"window ({WINDOW:,} tokens)": (WINDOW, WINDOW), "trigger (4,800 tokens)": (4_800, 4_800)}
+              if ln.get_label().startswith(("window", "trigger", "budget"))}
+    assert hlines == {f"window ({WINDOW:,} tokens)": (WINDOW, WINDOW), "trigger (4,800 tokens)": (4_800, 4_800),
+                      "budget (5,400 tokens; compaction when over it)": (5_400, 5_400)}
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(replays) <= set(labels) and "dashed: without compaction" in labels
     fig.savefig(__import__("io").BytesIO(), format="png")  # renders without a display

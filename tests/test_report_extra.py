@@ -296,7 +296,7 @@ def test_plot_comparison_puts_both_views_on_one_figure():
     import matplotlib.pyplot as plt
 
     replays = _replays()
-    fig = plot_comparison(replays, window=4_000, trigger=3_200, figsize=(10, 4))
+    fig = plot_comparison(replays, window=4_000, trigger=3_200, figsize=(10, 4), budget=3_600)
     try:
         left, right = fig.axes
         assert tuple(fig.get_size_inches()) == (10, 4)
@@ -307,6 +307,7 @@ def test_plot_comparison_puts_both_views_on_one_figure():
         assert list(by_label["no compaction"].get_ydata()) == [c.tokens_uncompacted for c in first.calls]
         assert tuple(by_label["window (4,000 tokens)"].get_ydata()) == (4_000, 4_000)
         assert tuple(by_label["trigger (3,200 tokens)"].get_ydata()) == (3_200, 3_200)
+        assert tuple(by_label["budget (3,600 tokens; compaction when over it)"].get_ydata()) == (3_600, 3_600)
         assert right.get_title() == "Cumulative input tokens sent"
         fig.savefig(io.BytesIO(), format="png")
     finally:

@@ -1,14 +1,13 @@
 """The shared compaction cases (/work/shared/cases/cases.json) and a fake summary model for them.
 
-Does not import lc_compaction.  The shared folder is ``<repo>/../shared`` (repo = the parent of ``tests/``);
-the environment variable ``LC_COMPACTION_SHARED`` overrides it.
+Does not import lc_compaction.  Where the cases file is: `tests.shared_data` (a fuller copy named by
+``LC_COMPACTION_SHARED`` or at ``../shared``, else the copy vendored in ``tests/data``).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -19,25 +18,14 @@ from langchain_core.messages import AIMessage, BaseMessage, messages_from_dict
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+from ..shared_data import cases_path, shared_dir
 from .checks import FAKE_SUMMARY_ERROR, CheckContext, counter_for, run_checks
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 FIXED_SUMMARY_TEXT = (
     "The user and the assistant discussed the earlier part of the conversation; "
     "the user's requests and the facts found so far are noted."
 )
 """What the "fixed" fake summary model answers (short, plain text)."""
-
-
-def shared_dir() -> Path:
-    """The shared data folder: $LC_COMPACTION_SHARED, else <repo>/../shared."""
-    env = os.environ.get("LC_COMPACTION_SHARED")
-    return Path(env).expanduser().resolve() if env else (REPO_ROOT.parent / "shared").resolve()
-
-
-def cases_path() -> Path:
-    return shared_dir() / "cases" / "cases.json"
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Recorded agent conversations (/work/shared/traces/*.jsonl, OpenAI chat format) as LangChain messages.
+"""Recorded agent conversations (the shared traces/*.jsonl, OpenAI chat format) as LangChain messages.
 
 Does not import lc_compaction.
 """
@@ -11,12 +11,12 @@ from typing import Iterable
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
-from .cases import shared_dir
+from ..shared_data import traces_dir
 
 
 def trace_files() -> list[Path]:
-    """Every *.jsonl file of the shared traces folder, sorted by name."""
-    return sorted((shared_dir() / "traces").glob("*.jsonl"))
+    """Every *.jsonl file of the shared traces folder (`tests.shared_data.traces_dir`), sorted by name."""
+    return sorted(traces_dir().glob("*.jsonl"))
 
 
 def load_traces(files: Iterable[str | Path] | None = None) -> list[tuple[str, list[BaseMessage]]]:
