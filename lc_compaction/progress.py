@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
+from lc_compaction._content import FAILURE_RE, THINKING_BLOCKS, block_type, content_text, tool_failure
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
 from lc_compaction.markers import (
@@ -109,28 +109,35 @@ def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> lis
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
-def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
-    """(size in characters, start of the text, identifiers listed) of a tool result as it was before any cut: a
-    truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the original
-    size and start it recorded, and the identifiers it lists (their fenced text, without the tool's name); a
-    result cut in place by the last resort gives its original size and what is left of its text."""
+def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
+    """(size in characters, start of the text, identifiers listed, failure) of a tool result as it was before any
+    cut: a truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the
+    original size, start and failure it recorded, and the identifiers it lists (their fenced text, without the
+    tool's name); a result cut in place by the last resort gives its original size, what is left of its text and
+    the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
+    "error (exit code 2)", ...), None for a success."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
+    recorded = meta.get("failure") if isinstance(meta, dict) and isinstance(meta.get("failure"), str) else None
     note = read_truncation_note(text)
     if note is not None:
-        return note.original_chars, note.start, note.identifiers
+        return (note.original_chars, note.start, note.identifiers,
+                note.failure or recorded or tool_failure(result, note.start))
     text = before_cut(text)
-    return (size if isinstance(size, int) else len(text)), text, ""
+    return (size if isinstance(size, int) else len(text)), text, "", recorded or tool_failure(result, text)
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str | Presence = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"[ | facts:
-    B; C]</...>[ | facts: A]`. What came from the result is tool data, so it sits inside
-    `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
-    assistant's voice, and a tool's text must not read as the assistant's own words.
+    `- name(arguments as JSON) -> N characters[, error[ (exit code N)]]: <untrusted_tool_data>name: "start of the
+    result"[ | facts: B; C]</...>[ | facts: A]`; ", error..." says the call failed (`_content.tool_failure`: the
+    result's status "error", a non-zero exit code or return code, a traceback), and every terser form of the line
+    keeps it (`_terse_line`, `terse_note`: `- name(arguments) -> error[ (...)]`). What came from the result is
+    tool data, so it sits inside `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a
+    summary: the note is in the assistant's voice, and a tool's text must not read as the assistant's own
+    words.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
     the ToolMessage that answered it (None: "no result"). With a `guard` (the fact guard of the strategy that folds:
@@ -154,11 +161,11 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     if result is None:
         head += " -> no result"
     else:
-        size, start, listed = _result_facts(result)
+        size, start, listed, failure = _result_facts(result)
         full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
-        error = ", error" if getattr(result, "status", None) == "error" else ""
+        error = f", {failure}" if failure else ""
         head += f" -> {size:,} characters{error}: "
         start_json = json.dumps(preview + more, ensure_ascii=False)
         if recall is not None:
@@ -209,7 +216,9 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     return line + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
 
 
-_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
+_RESULT_SIZE = re.compile(rf" -> [\d,]+ characters(?:, ({FAILURE_RE.pattern}))?: (?=<)")
+_TERSE_FAILURE = re.compile(rf" -> ({FAILURE_RE.pattern})$")
+"""The failure a terse line ends its call with (`_terse_line`, `terse_note`)."""
 _ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
 _MORE = re.compile(r" \(\+(?:\d+ )?more\)$")
 
@@ -219,7 +228,8 @@ class _Line:
     """The parts of a note line (`_parse`): the call (`- name(arguments)`, a cut's size left out), the result's
     part without its size (`-> <fence>name: "start"</fence>[ | recall...]`, "" for a terse line), the tool named in
     the result's fence, the result's start (decoded), the identifiers listed after the fence (plain) and inside it
-    (the result's), and " (+n more)" when it ends the line."""
+    (the result's), " (+n more)" when it ends the line, and the call's failure ("error (exit code 2)"; "" for a
+    success)."""
 
     call: str
     result: str = ""
@@ -228,6 +238,11 @@ class _Line:
     plain: str = ""
     from_tool: str = ""
     more: str = ""
+    failure: str = ""
+
+    def terse_call(self) -> str:
+        """The call, and its failure when it failed: `- name(arguments)[ -> error (...)]`."""
+        return self.call + (f" -> {self.failure}" if self.failure else "")
 
     def listed(self) -> str:
         """The identifiers as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</...>[ (+n
@@ -248,8 +263,10 @@ def _parse(line: str) -> _Line:
     if found is None:  # terse, or no result: the identifiers, if any, end the line
         at = line.find(_FACTS_LEAD)
         call, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+        failed = _TERSE_FAILURE.search(call)
         # a terse line lists them as `_Line.listed` writes them: its plain part may hold the fenced ones
-        return _Line(call, plain=listed, more=more_text)
+        return _Line(call[:failed.start()] if failed else call, plain=listed, more=more_text,
+                     failure=failed.group(1) if failed else "")
     rest = line[found.end():]
     spans = fenced_spans(rest)
     end = spans[0][1] if spans and spans[0][0] == 0 else 0
@@ -264,14 +281,15 @@ def _parse(line: str) -> _Line:
     after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
     result = " -> " + (fence(inner[:k], label) if label else piece) + after
     return _Line(line[:found.start()], result, label, start if isinstance(start, str) else "", plain, from_tool,
-                 more_text)
+                 more_text, found.group(1) or "")
 
 
 def split_line(line: str) -> tuple[str, str]:
     """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
     start, without the sizes of the result and of cut arguments (counts of characters, not identifiers), and the
     identifiers it lists, written as the terse form writes them: `A; B; <untrusted_tool_data>name: C;
-    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none)."""
+    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none). A failed call's
+    failure is left out with the sizes."""
     parts = _parse(line)
     return parts.call + parts.result, parts.listed()
 
@@ -334,19 +352,26 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
 
 def terse_note(message: AIMessage) -> AIMessage:
     """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
-    size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
-    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual.
-    (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
+    size, start and facts), and its failure when it failed (`- name(arguments) -> error (exit code 2)`: a failed
+    call never reads like a success): what the last resort does before cutting the note (`shorten.last_resort`), so
+    that every call stays named when a window is too small for the full lines. Later folds extend the terse lines
+    as usual. (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
     lines = note_lines(message)
     if not lines:
         return message
-    return with_note(message, [line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] if line.startswith("- ") else line
-                               for line in lines])
+    return with_note(message, [_bare_line(line) if line.startswith("- ") else line for line in lines])
+
+
+def _bare_line(line: str) -> str:
+    """A line cut to its call (as written, a cut's size included) and its failure (`terse_note`)."""
+    failure = _parse(line).failure
+    return line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] + (f" -> {failure}" if failure else "")
 
 
 def _terse_line(line: str, guard: FactGuard) -> str:
-    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers, those the
-    start held (found by `guard`) among the result's, when it has any."""
+    """A note line without its result's size and start: the call (and its failure, `_Line.terse_call`), then
+    `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
+    any."""
     parts = _parse(line)
     if parts.start:
         from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
@@ -355,9 +380,10 @@ def _terse_line(line: str, guard: FactGuard) -> str:
         more = [i.value for i in guard.extract(parts.start) if not contains(f"{parts.call}\n{listed}", i)]
         if more:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
-            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more)
+            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
+                          failure=parts.failure)
     listed = parts.listed()
-    return parts.call + (f"{_FACTS_LEAD}{listed}" if listed else "")
+    return parts.terse_call() + (f"{_FACTS_LEAD}{listed}" if listed else "")
 
 
 _FACTS_LEAD = " | facts: "
