@@ -14,8 +14,13 @@ and `Summarize` call `keep_progress` after their own work):
 3. Only when the history with those notes is still over the *limit* (the budget, or the trigger: the second pass
    runs only then) are the loop's oldest steps folded: as few as bring it under the limit; when no number of them
    can, as few as make it fit the budget (all of them if nothing less does); none when it already fits the budget
-   (folding would lose detail and the next call compacts again anyway). The most recent step, the first step
-   when it starts with a thinking block (Anthropic), and pinned steps are never folded.
+   (folding would lose detail and the next call compacts again anyway). The most recent step and pinned steps
+   are never folded. When the loop's first assistant message starts with a thinking block, the loop keeps a
+   thinking-first assistant message first (Anthropic: the active turn's must lead with its thinking block,
+   unmodified; earlier ones may be dropped): a fold takes that first step only into a step that starts with its
+   own thinking block, whose thinking stays as it is (`_Folds.plan`), and only when keeping the first step
+   cannot do what folding it does (bring the history under the limit, or make it fit the budget, or, when
+   nothing makes it fit, save the most). Over the budget, folding goes on while a fold still saves tokens.
 4. The folded steps become ONE progress note that names every call, one line each:
    `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
    (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
@@ -56,7 +61,14 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from lc_compaction._content import FAILURE_RE, THINKING_BLOCKS, block_type, content_text, tool_failure
+from lc_compaction._content import (
+    FAILURE_RE,
+    THINKING_BLOCKS,
+    block_type,
+    content_text,
+    starts_with_thinking,
+    tool_failure,
+)
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
 from lc_compaction.markers import (
@@ -414,6 +426,10 @@ class _Folds:
         self.chosen = list(chosen)
         self.msgs = state.messages
         msgs = self.msgs
+        self.end = end
+        # the active turn (the latest request's exchange) whose first assistant message leads with thinking
+        first = next((i for i in range(start, end) if kind(msgs[i]) == AI), None)
+        self.thinking_first = end == len(msgs) and first is not None and starts_with_thinking(msgs[first])
         self.lines: list[str] = []
         self.hosts: list[int | None] = []   # for each k - 1: the index of the note's host
         self.upto: list[int] = []           # for each k - 1: how many lines its note has
@@ -458,12 +474,18 @@ class _Folds:
         self.start = start
 
     def plan(self, k: int) -> _Fold | None:
-        """The fold of the first `k` steps; None when no assistant message follows them in their exchange."""
+        """The fold of the first `k` steps; None when no assistant message follows them in their exchange, or
+        when the active turn's first assistant message leads with thinking and the first one left would not."""
         host = self.hosts[k - 1]
         if host is None:
             return None
         msgs, state = self.msgs, self.state
         folded = [i for s in self.chosen[:k] for i in s.indices]
+        if self.thinking_first:
+            gone = set(folded)
+            lead = next(i for i in range(self.start, self.end) if kind(msgs[i]) == AI and i not in gone)
+            if not starts_with_thinking(msgs[lead]):  # the note's host keeps its leading thinking blocks
+                return None
         replaced: dict[int, BaseMessage] = {
             i: without_note(msgs[i]) for i in range(self.start, host)  # type: ignore[arg-type]
             if i not in folded and note_lines(msgs[i])}
@@ -507,33 +529,48 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
     rule 5 too)."""
     if state.pass_name == "soft" or not state.over_limit():
         return
+    while _fold_some(state, strategy, guard):
+        pass  # over the budget and nothing fits: fold again while a fold saves (a thinking step may now lead)
+    if guard is not None and state.over_budget():
+        _fit_note(state, strategy, guard)
+
+
+def _fold_some(state: LadderState, strategy: str, guard: FactGuard | None) -> bool:
+    """One fold of rule 3 (see `keep_progress`); True when it folded while over the budget and the history is
+    still over it (another fold may save more)."""
     loop = running_steps(state.messages, state.steps())
     candidates = [s for s in loop if not any(state.is_protected(i) for i in s.indices)]
     if not candidates:
-        return
-    folds = _Folds(state, candidates, *_exchange_bounds(state, loop[0]), guard)
+        return False
+    bounds = _exchange_bounds(state, loop[0])
+    # the orders to fold in, oldest first; a thinking-first loop tries first to keep its first step (see `plan`)
+    orders = [candidates]
+    if starts_with_thinking(state.messages[loop[0].start]) and candidates[0] == loop[0]:
+        orders = [candidates[1:], candidates] if len(candidates) > 1 else [candidates]
     over_budget = state.over_budget()
     fits_budget: _Fold | None = None
     widest: _Fold | None = None
-    for k in range(1, len(candidates) + 1):
-        plan = folds.plan(k)
-        if plan is None:
-            break
-        tokens = state.total() - plan.saved
-        if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
-            _commit(state, plan, strategy)
-            return
-        if plan.saved <= 0:
-            continue
-        if fits_budget is None and not state.over_budget(tokens):
-            fits_budget = plan
-        if widest is None or plan.saved > widest.saved:
-            widest = plan
-    chosen = fits_budget or widest
-    if over_budget and chosen is not None:
-        _commit(state, chosen, strategy)
-    if guard is not None and state.over_budget():
-        _fit_note(state, strategy, guard)
+    for order in orders:
+        folds = _Folds(state, order, *bounds, guard)
+        for k in range(1, len(order) + 1):
+            plan = folds.plan(k)
+            if plan is None:
+                continue
+            tokens = state.total() - plan.saved
+            if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
+                _commit(state, plan, strategy)
+                return False
+            if plan.saved <= 0:
+                continue
+            if fits_budget is None and not state.over_budget(tokens):
+                fits_budget = plan
+            if widest is None or plan.saved > widest.saved:
+                widest = plan
+    chosen = fits_budget or widest  # under the limit in any order first, then the budget in the earliest
+    if not over_budget or chosen is None:
+        return False
+    _commit(state, chosen, strategy)
+    return chosen is widest and state.over_budget()
 
 
 def _fit_note(state: LadderState, strategy: str, guard: FactGuard) -> None:

@@ -302,8 +302,13 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
     enough, cut like any message. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
-    candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
-    reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
+    candidate to its marker could not fit (the system prompt alone is too large), the history is over the budget
+    whatever is cut, and the caller reports the overflow; what may still go goes all the same (the call may fit
+    the window, which the reply's reserve makes larger than the budget): every message not pinned, not a summary
+    and not the latest request is cut to its smallest cut (its marker), the progress note is made terse (each
+    call still named: cutting it would lose calls for a history that does not fit anyway); pinned messages,
+    summaries and the latest request stay as they are. Every cut is recorded as a "shortened" action of the
+    strategy "last_resort".
     """
     counter = state.counter
     slots = state.slots
@@ -316,11 +321,16 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
                                       recall=state.recall_key(s.message)))
         if cuttable(i) else s.tokens
         for i, s in enumerate(slots))
-    if floor > budget:
-        return
     requests = [i for i, s in enumerate(slots) if is_request(s.message)]
     latest = requests[-1] if requests else -1
     noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
+    if floor > budget:  # it cannot fit: still do what may be done (issue 20), never to the pins
+        for i in sorted((i for i in range(len(slots)) if cuttable(i)), key=lambda k: -slots[k].tokens):
+            if i in noted:
+                _terse(state, i)
+            elif not (i == latest or slots[i].pinned or is_summary(slots[i].message)):
+                _cut_to_fit(state, i, want=1)
+        return
     steps = state.steps()
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
