@@ -305,9 +305,10 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     candidate to its marker could not fit (the system prompt alone is too large), the history is over the budget
     whatever is cut, and the caller reports the overflow; what may still go goes all the same (the call may fit
     the window, which the reply's reserve makes larger than the budget): every message not pinned, not a summary
-    and not the latest request is cut to its smallest cut (its marker), the progress note is made terse (each
-    call still named: cutting it would lose calls for a history that does not fit anyway); pinned messages,
-    summaries and the latest request stay as they are. Every cut is recorded as a "shortened" action of the
+    and not the latest request loses its text and media to the marker (its tool calls stay whole: cutting their
+    arguments would lose what names them), the progress note is made terse (each call still named: cutting it
+    would lose calls for a history that does not fit anyway); pinned messages, summaries and the latest request
+    stay as they are. Every cut is recorded as a "shortened" action of the
     strategy "last_resort".
     """
     counter = state.counter
@@ -329,7 +330,7 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
             if i in noted:
                 _terse(state, i)
             elif not (i == latest or slots[i].pinned or is_summary(slots[i].message)):
-                _cut_to_fit(state, i, want=1)
+                _cut_text(state, i)
         return
     steps = state.steps()
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
@@ -362,6 +363,18 @@ def _terse(state: LadderState, i: int) -> bool:
     state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
                   detail="progress note made terse: each call named, without its result's size and start")
     return True
+
+
+def _cut_text(state: LadderState, i: int) -> None:
+    """Replace message `i` by its cut without any text or media (its tool calls whole: what names them), when
+    that is smaller: what a history that cannot fit still sheds (`last_resort`)."""
+    message = state.slots[i].message
+    cut = shorten(message, 0, drop_media=True, recall=state.recall_key(message))
+    tokens = state.counter.count_message(cut)
+    if tokens < state.slots[i].tokens:
+        state.replace(i, cut, strategy="last_resort", kind="shortened", tokens=tokens,
+                      detail=f"the history cannot fit the budget: its text cut ({text_length(message.content):,} "
+                             "characters), its tool calls kept")
 
 
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
