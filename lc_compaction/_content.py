@@ -239,6 +239,50 @@ def is_invalid_call(call: Any) -> bool:
     return isinstance(call, dict) and (call.get("type") == "invalid_tool_call" or "error" in call)
 
 
+# ------------------------------------------------------------------------------------------------ failed calls
+
+FAILURE_SCAN_CHARS = 4_000
+"""Characters read at each end of a tool result to find its failure (`failure_in_text`): a shell tool prints its
+exit code last, a Python tool its traceback's header first or last; the scan stays bounded on a long result."""
+
+_EXIT_CODE = re.compile(
+    r"\b(?:exit(?:ed)?(?: with)?[ _-]?(?:code|status)|return[ _-]?code|returncode|exitcode)\b[\"']?\s*"
+    r"(?:[:=]|is|of)?\s*[\"']?(-?\d+)", re.IGNORECASE)
+_TRACEBACK = "Traceback (most recent call last)"
+_ERROR_START = re.compile(r"\s*error\b", re.IGNORECASE)
+
+FAILURE_RE = re.compile(r"error(?: \((?:exit code -?\d+|traceback)\))?")
+"""What `tool_failure` returns, as a pattern (the note lines and truncation notes that carry it are read back with
+it)."""
+
+
+def failure_in_text(text: str) -> str | None:
+    """How a tool result's text says that the call failed, or None: ``"exit code N"`` for the last exit code or
+    return code it reports when that is not 0 (``exit code: 2``, ``"returncode": 1``, ``exited with code 127``,
+    ``Exit status 1``), ``"traceback"`` for a Python traceback (``Traceback (most recent call last)``), ``"error"``
+    when it starts with the word "error" (LangChain's ``ToolNode`` error results: ``"Error: ..."``). Only the
+    first and the last `FAILURE_SCAN_CHARS` characters are read."""
+    if len(text) > 2 * FAILURE_SCAN_CHARS:
+        text = f"{text[:FAILURE_SCAN_CHARS]}\n{text[-FAILURE_SCAN_CHARS:]}"
+    codes = _EXIT_CODE.findall(text)
+    if codes and int(codes[-1]) != 0:
+        return f"exit code {int(codes[-1])}"
+    if _TRACEBACK in text:
+        return "traceback"
+    return "error" if _ERROR_START.match(text) else None
+
+
+def tool_failure(message: BaseMessage, text: str | None = None) -> str | None:
+    """How a tool result says its call failed, as the note lines and truncation notes write it: ``"error"``
+    (``ToolMessage.status == "error"``, or a text that starts with "error"), ``"error (exit code N)"`` or ``"error
+    (traceback)"`` (`failure_in_text`, on ``text`` when given, else the content's text); None for a success.
+    Matches `FAILURE_RE`."""
+    detail = failure_in_text(content_text(message.content) if text is None else text)
+    if detail is None and getattr(message, "status", None) != "error":
+        return None
+    return "error" if detail in (None, "error") else f"error ({detail})"
+
+
 # ------------------------------------------------------------------------------------------------ media, thinking
 
 
@@ -258,6 +302,8 @@ def starts_with_thinking(message: BaseMessage) -> bool:
 
 
 __all__ = [
+    "FAILURE_RE",
+    "FAILURE_SCAN_CHARS",
     "FILE_BLOCKS",
     "IMAGE_BLOCKS",
     "KNOWN_BLOCKS",
@@ -274,11 +320,13 @@ __all__ = [
     "block_text",
     "block_type",
     "content_text",
+    "failure_in_text",
     "is_invalid_call",
     "is_media",
     "media_reference",
     "looks_binary",
     "reply_text",
     "starts_with_thinking",
+    "tool_failure",
     "with_block_text",
 ]

@@ -1,8 +1,22 @@
-"""Images: what one costs in tokens by OpenAI's published rule, and its size read from the first bytes of its
-base64 data (PNG, GIF, WebP, JPEG), so an image is never priced by its base64 length.
+"""Media costs: what an image costs in tokens by OpenAI's published rule, its size read from the first bytes of
+its base64 data (PNG, GIF, WebP, JPEG), so an image is never priced by its base64 length; and what a PDF costs:
+its pages, read from its bytes, times the per-page figure its provider publishes.
 
-Source [vision]: OpenAI platform docs, Images and vision guide, "Calculating costs" (detail low = 85 tokens;
-high = 85 + 170 per 512px tile after fitting into 2048x2048 and scaling the shortest side down to 768px).
+Sources:
+  [vision]     OpenAI platform docs, Images and vision guide, "Calculating costs" (detail low = 85 tokens; high =
+               85 + 170 per 512px tile after fitting into 2048x2048 and scaling the shortest side down to 768px).
+  [claude-pdf] Anthropic docs, PDF support (docs.anthropic.com/en/docs/build-with-claude/pdf-support), "Estimate
+               your costs": each page is sent as its extracted text, typically 1,500-3,000 tokens a page, and as an
+               image of the page (priced as images are).
+  [gemini-pdf] Google, Gemini API docs, Document understanding (ai.google.dev/gemini-api/docs/document-processing):
+               each document page is equivalent to 258 tokens. (Gemini 3 lets `media_resolution` set another
+               per-page budget: ai.google.dev/gemini-api/docs/media-resolution.)
+  [openai-pdf] OpenAI platform docs, File inputs (developers.openai.com/api/docs/guides/pdf-files): the extracted text
+               and an image of each page are put into the model's context; no per-page figure is published.
+  [pdf]        ISO 32000-1 (PDF 1.7): a page is a dictionary of `/Type /Page` (7.7.3.3), the page tree's root a
+               `/Type /Pages` dictionary whose `/Count` is the number of pages (7.7.3.2); objects may sit compressed
+               in object streams, `/Type /ObjStm` (7.5.7); a linearized file says its page count as `/N` in its
+               first dictionary (Annex F).
 Used by `lc_compaction.tokens`; the public names are re-exported there.
 """
 
@@ -11,7 +25,9 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 import struct
+import zlib
 
 IMAGE_LOW_DETAIL_TOKENS = 85
 """Cost of an image sent with ``detail: "low"``, whatever its size [vision]."""
@@ -165,3 +181,123 @@ def _jpeg_dimensions(window: _B64Window) -> tuple[int, int] | None:
     return None
 
 
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PDF documents
+# ---------------------------------------------------------------------------------------------------------------
+
+PDF_PAGE_TOKENS_ANTHROPIC = 3_000
+"""Tokens one PDF page costs on Claude models: the top of the 1,500-3,000 tokens of text a page [claude-pdf] (the page's
+image comes on top of it; the top figure stands for both, as measured costs of 2,100-2,500 a page suggest)."""
+
+PDF_PAGE_TOKENS_GEMINI = 258
+"""Tokens one PDF page costs on Gemini models [gemini-pdf]."""
+
+PDF_PAGE_TOKENS_DEFAULT = 3_000
+"""Tokens one PDF page costs on OpenAI and every other model: [openai-pdf] publishes no figure, only that each page
+is sent as its text and an image; the image alone can cost up to `IMAGE_MAX_TOKENS` (1,445) [vision], so the
+highest figure a provider publishes, Anthropic's 3,000, is used (counting high makes compaction run before a call
+fails, not after)."""
+
+PDF_FALLBACK_PAGES = 1
+"""Pages counted for a PDF whose page count is known neither from its bytes (a URL, a file id, bytes in a form
+`pdf_page_count` cannot read) nor from its block's metadata: one page, the smallest document (not an upper bound:
+give `"pages": n` in the block, its `extras` or its `metadata` to count it right)."""
+
+PDF_SCAN_BYTES = 32 * 1024 * 1024
+"""Bytes of a PDF read at most to count its pages: Anthropic's and OpenAI's 32 MB request limit (a larger file
+cannot be sent anyway); what lies beyond is not read."""
+
+PDF_INFLATE_BYTES = 64 * 1024 * 1024
+"""Bytes decompressed at most from a PDF's object streams while counting its pages (a bound against a
+decompression bomb)."""
+
+_LINEARIZED = re.compile(rb"/Linearized\b[^>]*?/N\s+(\d+)", re.S)
+_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_PAGES_COUNT = re.compile(rb"/Type\s*/Pages\b(?:(?!>>).)*?/Count\s+(\d+)|/Count\s+(\d+)(?:(?!>>).)*?/Type\s*/Pages\b",
+                          re.S)
+_OBJECT_STREAM = re.compile(rb"<<((?:(?!>>\s*stream).){0,4096}?/Type\s*/ObjStm(?:(?!>>\s*stream).){0,4096}?)>>\s*"
+                            rb"stream\r?\n", re.S)
+
+
+def pdf_page_count(data: str | bytes) -> int | None:
+    """The number of pages of a PDF, from its bytes or their base64 (a ``data:`` URL too), or None when it cannot be
+    read (not a PDF, or no page found within the bounds).
+
+    Read [pdf], first to last, stopping at the first that answers: the `/N` of a linearized file's first dictionary;
+    the `/Count` of the page tree's root (the largest `/Count` of a `/Type /Pages` dictionary); the number of
+    `/Type /Page` dictionaries; the same two in the file's Flate-compressed object streams. At most `PDF_SCAN_BYTES`
+    bytes are read and `PDF_INFLATE_BYTES` decompressed. Never raises."""
+    try:
+        raw = _pdf_bytes(data)
+        if raw is None:
+            return None
+        found = _LINEARIZED.search(raw[:2048])
+        if found and int(found.group(1)) > 0:
+            return int(found.group(1))
+        pages = _count_pages(raw)
+        if pages:
+            return pages
+        return _count_pages(_inflated_object_streams(raw)) or None
+    except Exception:  # noqa: BLE001 - a malformed file must never break counting
+        return None
+
+
+def _pdf_bytes(data: str | bytes) -> bytes | None:
+    if isinstance(data, str):
+        text = data.partition(",")[2] if data.startswith("data:") else data
+        text = text[: PDF_SCAN_BYTES // 3 * 4 + 4]
+        if any(c.isspace() for c in text[:256]):
+            text = "".join(text.split())
+        try:
+            if not _is_pdf(base64.b64decode(text[:1368], validate=False)):  # the header first: no full decode
+                return None
+            return base64.b64decode(text[: len(text) - len(text) % 4], validate=False)
+        except (binascii.Error, ValueError):
+            return None
+    raw = bytes(data[:PDF_SCAN_BYTES])
+    return raw if _is_pdf(raw) else None
+
+
+def _is_pdf(head: bytes) -> bool:
+    """Whether bytes start (within their first 1,024, [pdf] 7.5.2) with the PDF header `%PDF-`."""
+    return b"%PDF-" in head[:1024]
+
+
+def _count_pages(raw: bytes) -> int:
+    counts = [int(a or b) for a, b in _PAGES_COUNT.findall(raw)]
+    if counts and max(counts) > 0:
+        return max(counts)
+    return len(_PAGE.findall(raw))
+
+
+def _inflated_object_streams(raw: bytes) -> bytes:
+    """The decompressed content of the Flate-compressed object streams of `raw`, at most `PDF_INFLATE_BYTES`."""
+    out: list[bytes] = []
+    left = PDF_INFLATE_BYTES
+    for found in _OBJECT_STREAM.finditer(raw):
+        if left <= 0:
+            break
+        if b"/FlateDecode" not in found.group(1):
+            continue
+        end = raw.find(b"endstream", found.end())
+        if end < 0:
+            continue
+        try:
+            chunk = zlib.decompressobj().decompress(raw[found.end():end], left)
+        except zlib.error:
+            continue
+        out.append(chunk)
+        left -= len(chunk)
+    return b"\n".join(out)
+
+
+def pdf_page_tokens(family: str) -> int:
+    """Tokens one PDF page costs for a provider family ("anthropic", "gemini", anything else: the default), by its
+    published figure (see the constants)."""
+    if family == "anthropic":
+        return PDF_PAGE_TOKENS_ANTHROPIC
+    if family == "gemini":
+        return PDF_PAGE_TOKENS_GEMINI
+    return PDF_PAGE_TOKENS_DEFAULT

@@ -25,8 +25,10 @@ The ladder, in order:
 5. **Last resort**: if it is still over the budget, messages are cut in place (same id, a marked cut) until
    it fits (unpinned older messages toward the target, for the same headroom; the newest step leaving room for
    one more like it: `shorten.last_resort`): unpinned ones first, then pinned ones, the latest request last, the
-   largest first in each group; the system prompt never. Nothing is cut when cutting cannot make it fit. If even
-   that cannot make it fit, `fits` is False and `stop_reason` is "pinned_over_budget".
+   largest first in each group; the system prompt never. When cutting cannot make it fit (the pins alone are
+   over the budget), only what is not pinned is cut, its text to the marker (tool calls kept, the progress note
+   made terse), and `fits` is False and `stop_reason` is "pinned_over_budget": given up only once no valid move
+   is left.
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`. A
    compaction never returns a history larger than its input (notes and markers that would cost more than what
    they stand for), unless it repaired the input: the input comes back as it is, stop reason "nothing_removable"

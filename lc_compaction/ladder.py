@@ -450,7 +450,9 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     Pinned: leading system messages, the first and the latest request (`is_request`: never a summary or a
     mid-history system message), caller pins (mid-history system messages among them, see
     `CompactionPolicy.is_pinned_by_caller`), the first assistant step after the latest request when it starts
-    with a thinking block (Anthropic requires the active turn's first assistant message to keep it), and the
+    with a thinking block (Anthropic requires the active turn's first assistant message to keep it) and that
+    request has answered (a running request's loop keeps a thinking-first step first by itself: `progress.py`,
+    rule 3; its results may be truncated and its text cut, its thinking blocks never are), and the
     request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
     `keep_from` on, moved back to the start of its step, and the step of every earlier copy that a kept
     deduplication note points at (`dedup.referenced`).
@@ -484,9 +486,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     if requests:
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
-        # the active turn's first assistant step (after the latest request, past any mid-history system note)
+        # the active turn's first assistant step (after the latest request, past any mid-history system note),
+        # unless it is the running request's: its loop keeps a thinking-first step first by folding only into
+        # one (`progress._Folds.plan`), and no strategy removes its steps
         active = next((st for st in steps if st.start > requests[-1] and st.kind == "assistant"), None)
-        if active is not None and starts_with_thinking(msgs[active.start]):
+        if active is not None and starts_with_thinking(msgs[active.start]) and not running_steps(msgs, steps):
             for i in active.indices:
                 slots[i].pinned = True
     for i, flag in enumerate(pinned_by_caller):

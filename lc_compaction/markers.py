@@ -28,7 +28,8 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` without tool
   calls whose content is that line, alone or followed by a newline, is recognized too (a history that went
   through a format without metadata). Where it goes and when: `strategies/drop.py`.
-- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size, the start of
+- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size (and how a
+  failed call failed: `, error (exit code 2)`), the start of
   the original as a JSON string, then, after `NOTE_IDENTIFIERS`, the identifiers of the original that the start
   does not hold, fenced and attributed to the tool. `read_truncation_note` reads it back.
 - Text that came from a tool result and is written into a summary (the fact guard's identifiers, the
@@ -50,7 +51,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from lc_compaction._content import TEXT_BLOCKS, block_type
+from lc_compaction._content import FAILURE_RE, TEXT_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 
 RECALL_TOOL_NAME = "recall_tool_result"
@@ -75,9 +76,10 @@ PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task
 NOTE_IDENTIFIERS = "; identifiers beyond that start: "
 """Put in a truncation note before the fenced identifiers of the original that its start does not hold."""
 
-_TRUNCATED_NOTE = re.compile(r"had ([\d,]+) characters; it started with: (?=\")")
-"""Where a truncation note's size and start are: the start is the JSON string after it, which the identifiers
-(`NOTE_IDENTIFIERS`) and a recall hint (offload on: `offload.recall_hint`) may follow."""
+_TRUNCATED_NOTE = re.compile(rf"had ([\d,]+) characters(?:, ({FAILURE_RE.pattern}))?; it started with: (?=\")")
+"""Where a truncation note's size, failure (a failed call's: `_content.tool_failure`) and start are: the start is
+the JSON string after it, which the identifiers (`NOTE_IDENTIFIERS`) and a recall hint (offload on:
+`offload.recall_hint`) may follow."""
 
 DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
 """The first line of the marker left where exchanges were dropped (what recognizes it). Fixed: the marker changes
@@ -233,12 +235,14 @@ def dropped_marker_facts(message: BaseMessage) -> str:
 @dataclass(frozen=True)
 class TruncationNote:
     """A truncation note read back (`read_truncation_note`): the original's size in characters, the start of it
-    that the note shows, and the identifiers part: the text inside the note's fence, without the tool's name
-    ("" when the note lists none)."""
+    that the note shows, the identifiers part: the text inside the note's fence, without the tool's name
+    ("" when the note lists none), and the failure it says the call ended with ("error (exit code 2)"; "" for a
+    success)."""
 
     original_chars: int
     start: str
     identifiers: str = ""
+    failure: str = ""
 
 
 def read_truncation_note(text: str) -> TruncationNote | None:
@@ -256,13 +260,14 @@ def read_truncation_note(text: str) -> TruncationNote | None:
     if not isinstance(start, str):
         return None
     size = int(found.group(1).replace(",", ""))
+    failure = found.group(2) or ""
     if not text.startswith(NOTE_IDENTIFIERS, at):
-        return TruncationNote(size, start)
+        return TruncationNote(size, start, failure=failure)
     rest = text[at + len(NOTE_IDENTIFIERS):]
     spans = fenced_spans(rest)
     if not spans or spans[0][0] != 0:
-        return TruncationNote(size, start)
-    return TruncationNote(size, start, unfence(rest[:spans[0][1]])[1])
+        return TruncationNote(size, start, failure=failure)
+    return TruncationNote(size, start, unfence(rest[:spans[0][1]])[1], failure)
 
 
 def is_pinned_mark(message: BaseMessage) -> bool:

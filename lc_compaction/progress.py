@@ -14,8 +14,13 @@ and `Summarize` call `keep_progress` after their own work):
 3. Only when the history with those notes is still over the *limit* (the budget, or the trigger: the second pass
    runs only then) are the loop's oldest steps folded: as few as bring it under the limit; when no number of them
    can, as few as make it fit the budget (all of them if nothing less does); none when it already fits the budget
-   (folding would lose detail and the next call compacts again anyway). The most recent step, the first step
-   when it starts with a thinking block (Anthropic), and pinned steps are never folded.
+   (folding would lose detail and the next call compacts again anyway). The most recent step and pinned steps
+   are never folded. When the loop's first assistant message starts with a thinking block, the loop keeps a
+   thinking-first assistant message first (Anthropic: the active turn's must lead with its thinking block,
+   unmodified; earlier ones may be dropped): a fold takes that first step only into a step that starts with its
+   own thinking block, whose thinking stays as it is (`_Folds.plan`), and only when keeping the first step
+   cannot do what folding it does (bring the history under the limit, or make it fit the budget, or, when
+   nothing makes it fit, save the most). Over the budget, folding goes on while a fold still saves tokens.
 4. The folded steps become ONE progress note that names every call, one line each:
    `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
    (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
@@ -56,7 +61,14 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from lc_compaction._content import THINKING_BLOCKS, block_type, content_text
+from lc_compaction._content import (
+    FAILURE_RE,
+    THINKING_BLOCKS,
+    block_type,
+    content_text,
+    starts_with_thinking,
+    tool_failure,
+)
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
 from lc_compaction.markers import (
@@ -109,28 +121,35 @@ def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> lis
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
-def _result_facts(result: BaseMessage) -> tuple[int, str, str]:
-    """(size in characters, start of the text, identifiers listed) of a tool result as it was before any cut: a
-    truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the original
-    size and start it recorded, and the identifiers it lists (their fenced text, without the tool's name); a
-    result cut in place by the last resort gives its original size and what is left of its text."""
+def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
+    """(size in characters, start of the text, identifiers listed, failure) of a tool result as it was before any
+    cut: a truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the
+    original size, start and failure it recorded, and the identifiers it lists (their fenced text, without the
+    tool's name); a result cut in place by the last resort gives its original size, what is left of its text and
+    the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
+    "error (exit code 2)", ...), None for a success."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
+    recorded = meta.get("failure") if isinstance(meta, dict) and isinstance(meta.get("failure"), str) else None
     note = read_truncation_note(text)
     if note is not None:
-        return note.original_chars, note.start, note.identifiers
+        return (note.original_chars, note.start, note.identifiers,
+                note.failure or recorded or tool_failure(result, note.start))
     text = before_cut(text)
-    return (size if isinstance(size, int) else len(text)), text, ""
+    return (size if isinstance(size, int) else len(text)), text, "", recorded or tool_failure(result, text)
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str | Presence = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error]: <untrusted_tool_data>name: "start of the result"[ | facts:
-    B; C]</...>[ | facts: A]`. What came from the result is tool data, so it sits inside
-    `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a summary: the note is in the
-    assistant's voice, and a tool's text must not read as the assistant's own words.
+    `- name(arguments as JSON) -> N characters[, error[ (exit code N)]]: <untrusted_tool_data>name: "start of the
+    result"[ | facts: B; C]</...>[ | facts: A]`; ", error..." says the call failed (`_content.tool_failure`: the
+    result's status "error", a non-zero exit code or return code, a traceback), and every terser form of the line
+    keeps it (`_terse_line`, `terse_note`: `- name(arguments) -> error[ (...)]`). What came from the result is
+    tool data, so it sits inside `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a
+    summary: the note is in the assistant's voice, and a tool's text must not read as the assistant's own
+    words.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
     the ToolMessage that answered it (None: "no result"). With a `guard` (the fact guard of the strategy that folds:
@@ -154,11 +173,11 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     if result is None:
         head += " -> no result"
     else:
-        size, start, listed = _result_facts(result)
+        size, start, listed, failure = _result_facts(result)
         full = start
         preview = " ".join(start[:PREVIEW_CHARS * 2].split())[:PREVIEW_CHARS]
         more = "..." if len(start) > len(preview) else ""
-        error = ", error" if getattr(result, "status", None) == "error" else ""
+        error = f", {failure}" if failure else ""
         head += f" -> {size:,} characters{error}: "
         start_json = json.dumps(preview + more, ensure_ascii=False)
         if recall is not None:
@@ -209,7 +228,9 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     return line + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
 
 
-_RESULT_SIZE = re.compile(r" -> [\d,]+ characters(?:, error)?: (?=<)")
+_RESULT_SIZE = re.compile(rf" -> [\d,]+ characters(?:, ({FAILURE_RE.pattern}))?: (?=<)")
+_TERSE_FAILURE = re.compile(rf" -> ({FAILURE_RE.pattern})$")
+"""The failure a terse line ends its call with (`_terse_line`, `terse_note`)."""
 _ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
 _MORE = re.compile(r" \(\+(?:\d+ )?more\)$")
 
@@ -219,7 +240,8 @@ class _Line:
     """The parts of a note line (`_parse`): the call (`- name(arguments)`, a cut's size left out), the result's
     part without its size (`-> <fence>name: "start"</fence>[ | recall...]`, "" for a terse line), the tool named in
     the result's fence, the result's start (decoded), the identifiers listed after the fence (plain) and inside it
-    (the result's), and " (+n more)" when it ends the line."""
+    (the result's), " (+n more)" when it ends the line, and the call's failure ("error (exit code 2)"; "" for a
+    success)."""
 
     call: str
     result: str = ""
@@ -228,6 +250,11 @@ class _Line:
     plain: str = ""
     from_tool: str = ""
     more: str = ""
+    failure: str = ""
+
+    def terse_call(self) -> str:
+        """The call, and its failure when it failed: `- name(arguments)[ -> error (...)]`."""
+        return self.call + (f" -> {self.failure}" if self.failure else "")
 
     def listed(self) -> str:
         """The identifiers as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</...>[ (+n
@@ -248,8 +275,10 @@ def _parse(line: str) -> _Line:
     if found is None:  # terse, or no result: the identifiers, if any, end the line
         at = line.find(_FACTS_LEAD)
         call, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
+        failed = _TERSE_FAILURE.search(call)
         # a terse line lists them as `_Line.listed` writes them: its plain part may hold the fenced ones
-        return _Line(call, plain=listed, more=more_text)
+        return _Line(call[:failed.start()] if failed else call, plain=listed, more=more_text,
+                     failure=failed.group(1) if failed else "")
     rest = line[found.end():]
     spans = fenced_spans(rest)
     end = spans[0][1] if spans and spans[0][0] == 0 else 0
@@ -264,14 +293,15 @@ def _parse(line: str) -> _Line:
     after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
     result = " -> " + (fence(inner[:k], label) if label else piece) + after
     return _Line(line[:found.start()], result, label, start if isinstance(start, str) else "", plain, from_tool,
-                 more_text)
+                 more_text, found.group(1) or "")
 
 
 def split_line(line: str) -> tuple[str, str]:
     """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
     start, without the sizes of the result and of cut arguments (counts of characters, not identifiers), and the
     identifiers it lists, written as the terse form writes them: `A; B; <untrusted_tool_data>name: C;
-    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none)."""
+    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none). A failed call's
+    failure is left out with the sizes."""
     parts = _parse(line)
     return parts.call + parts.result, parts.listed()
 
@@ -334,19 +364,26 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
 
 def terse_note(message: AIMessage) -> AIMessage:
     """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
-    size, start and facts): what the last resort does before cutting the note (`shorten.last_resort`), so that every
-    call stays named when a window is too small for the full lines. Later folds extend the terse lines as usual.
-    (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
+    size, start and facts), and its failure when it failed (`- name(arguments) -> error (exit code 2)`: a failed
+    call never reads like a success): what the last resort does before cutting the note (`shorten.last_resort`), so
+    that every call stays named when a window is too small for the full lines. Later folds extend the terse lines
+    as usual. (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
     lines = note_lines(message)
     if not lines:
         return message
-    return with_note(message, [line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] if line.startswith("- ") else line
-                               for line in lines])
+    return with_note(message, [_bare_line(line) if line.startswith("- ") else line for line in lines])
+
+
+def _bare_line(line: str) -> str:
+    """A line cut to its call (as written, a cut's size included) and its failure (`terse_note`)."""
+    failure = _parse(line).failure
+    return line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] + (f" -> {failure}" if failure else "")
 
 
 def _terse_line(line: str, guard: FactGuard) -> str:
-    """A note line without its result's size and start: the call, then `| facts: ` and its identifiers, those the
-    start held (found by `guard`) among the result's, when it has any."""
+    """A note line without its result's size and start: the call (and its failure, `_Line.terse_call`), then
+    `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
+    any."""
     parts = _parse(line)
     if parts.start:
         from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
@@ -355,9 +392,10 @@ def _terse_line(line: str, guard: FactGuard) -> str:
         more = [i.value for i in guard.extract(parts.start) if not contains(f"{parts.call}\n{listed}", i)]
         if more:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
-            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more)
+            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
+                          failure=parts.failure)
     listed = parts.listed()
-    return parts.call + (f"{_FACTS_LEAD}{listed}" if listed else "")
+    return parts.terse_call() + (f"{_FACTS_LEAD}{listed}" if listed else "")
 
 
 _FACTS_LEAD = " | facts: "
@@ -388,6 +426,10 @@ class _Folds:
         self.chosen = list(chosen)
         self.msgs = state.messages
         msgs = self.msgs
+        self.end = end
+        # the active turn (the latest request's exchange) whose first assistant message leads with thinking
+        first = next((i for i in range(start, end) if kind(msgs[i]) == AI), None)
+        self.thinking_first = end == len(msgs) and first is not None and starts_with_thinking(msgs[first])
         self.lines: list[str] = []
         self.hosts: list[int | None] = []   # for each k - 1: the index of the note's host
         self.upto: list[int] = []           # for each k - 1: how many lines its note has
@@ -432,12 +474,18 @@ class _Folds:
         self.start = start
 
     def plan(self, k: int) -> _Fold | None:
-        """The fold of the first `k` steps; None when no assistant message follows them in their exchange."""
+        """The fold of the first `k` steps; None when no assistant message follows them in their exchange, or
+        when the active turn's first assistant message leads with thinking and the first one left would not."""
         host = self.hosts[k - 1]
         if host is None:
             return None
         msgs, state = self.msgs, self.state
         folded = [i for s in self.chosen[:k] for i in s.indices]
+        if self.thinking_first:
+            gone = set(folded)
+            lead = next(i for i in range(self.start, self.end) if kind(msgs[i]) == AI and i not in gone)
+            if not starts_with_thinking(msgs[lead]):  # the note's host keeps its leading thinking blocks
+                return None
         replaced: dict[int, BaseMessage] = {
             i: without_note(msgs[i]) for i in range(self.start, host)  # type: ignore[arg-type]
             if i not in folded and note_lines(msgs[i])}
@@ -481,33 +529,48 @@ def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None 
     rule 5 too)."""
     if state.pass_name == "soft" or not state.over_limit():
         return
+    while _fold_some(state, strategy, guard):
+        pass  # over the budget and nothing fits: fold again while a fold saves (a thinking step may now lead)
+    if guard is not None and state.over_budget():
+        _fit_note(state, strategy, guard)
+
+
+def _fold_some(state: LadderState, strategy: str, guard: FactGuard | None) -> bool:
+    """One fold of rule 3 (see `keep_progress`); True when it folded while over the budget and the history is
+    still over it (another fold may save more)."""
     loop = running_steps(state.messages, state.steps())
     candidates = [s for s in loop if not any(state.is_protected(i) for i in s.indices)]
     if not candidates:
-        return
-    folds = _Folds(state, candidates, *_exchange_bounds(state, loop[0]), guard)
+        return False
+    bounds = _exchange_bounds(state, loop[0])
+    # the orders to fold in, oldest first; a thinking-first loop tries first to keep its first step (see `plan`)
+    orders = [candidates]
+    if starts_with_thinking(state.messages[loop[0].start]) and candidates[0] == loop[0]:
+        orders = [candidates[1:], candidates] if len(candidates) > 1 else [candidates]
     over_budget = state.over_budget()
     fits_budget: _Fold | None = None
     widest: _Fold | None = None
-    for k in range(1, len(candidates) + 1):
-        plan = folds.plan(k)
-        if plan is None:
-            break
-        tokens = state.total() - plan.saved
-        if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
-            _commit(state, plan, strategy)
-            return
-        if plan.saved <= 0:
-            continue
-        if fits_budget is None and not state.over_budget(tokens):
-            fits_budget = plan
-        if widest is None or plan.saved > widest.saved:
-            widest = plan
-    chosen = fits_budget or widest
-    if over_budget and chosen is not None:
-        _commit(state, chosen, strategy)
-    if guard is not None and state.over_budget():
-        _fit_note(state, strategy, guard)
+    for order in orders:
+        folds = _Folds(state, order, *bounds, guard)
+        for k in range(1, len(order) + 1):
+            plan = folds.plan(k)
+            if plan is None:
+                continue
+            tokens = state.total() - plan.saved
+            if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
+                _commit(state, plan, strategy)
+                return False
+            if plan.saved <= 0:
+                continue
+            if fits_budget is None and not state.over_budget(tokens):
+                fits_budget = plan
+            if widest is None or plan.saved > widest.saved:
+                widest = plan
+    chosen = fits_budget or widest  # under the limit in any order first, then the budget in the earliest
+    if not over_budget or chosen is None:
+        return False
+    _commit(state, chosen, strategy)
+    return chosen is widest and state.over_budget()
 
 
 def _fit_note(state: LadderState, strategy: str, guard: FactGuard) -> None:

@@ -2,12 +2,13 @@
 
 A cut message keeps its id, type, `tool_call_id` and tool calls (their ids and names); its text is cut at the end
 and a marker says how much went (`markers.SHORTENED_MARKER`), and its `response_metadata["lc_compaction"]` says
-`{"kind": "shortened", "original_chars": n, "removed_blocks": [...], "cut_tool_calls": [...]}`. With offload on, the
-original is written to the store before the cut is used (`lc_compaction.offload`): the marker then also names the
-recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`. Content blocks keep
-their structure: text blocks (and text documents) are cut in order, tool-use and reasoning blocks are kept, and
-media blocks (images, files, audio) are removed, oldest first and only as many as needed, when cutting the text
-alone cannot get the message small enough; the marker names them.
+`{"kind": "shortened", "original_chars": n, "removed_blocks": [...], "cut_tool_calls": [...]}`, and a failed call's
+result also `"failure": "error (exit code 2)"` (`_content.tool_failure`: what the cut text may no longer show).
+With offload on, the original is written to the store before the cut is used (`lc_compaction.offload`): the
+marker then also names the recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`.
+Content blocks keep their structure: text blocks (and text documents) are cut in order, tool-use and reasoning
+blocks are kept, and media blocks (images, files, audio) are removed, oldest first and only as many as needed, when
+cutting the text alone cannot get the message small enough; the marker names them.
 
 Tool-call arguments are cut last, when the text and the media alone cannot make the message fit (a `write_file`
 call whose arguments exceed the window): they stay a JSON object in `tool_calls[i]["args"]` with every top-level
@@ -31,7 +32,9 @@ from lc_compaction._content import (
     arguments_text,
     block_text,
     block_type,
+    content_text,
     is_media,
+    tool_failure,
     with_block_text,
 )
 from lc_compaction._kinds import TOOL, kind
@@ -45,6 +48,7 @@ from lc_compaction.markers import (
     SHORTENED_MARKER,
     is_shortened,
     is_summary,
+    read_truncation_note,
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction.progress import note_lines, terse_note
@@ -258,11 +262,26 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         sha = previous.get("sha256") if isinstance(previous, dict) else content_sha256(message.content)
         if sha:
             meta[MARK_KEY]["sha256"] = sha
+        failure = _failure(message, previous)  # what the cut text may no longer show (an exit code printed last)
+        if failure:
+            meta[MARK_KEY]["failure"] = failure
     if cut_ids:
         meta[MARK_KEY].update(cut_tool_calls=cut_ids, removed_argument_chars=removed_args)
     if recall is not None:
         meta[MARK_KEY]["offloaded"] = {}
     return message.model_copy(update={**update, "content": new_content, "response_metadata": meta})
+
+
+def _failure(message: BaseMessage, previous: Any) -> str | None:
+    """How the tool call whose result `message` is failed (`_content.tool_failure`), as the result said before any
+    cut: the failure an earlier cut recorded (`previous`: its mark), the one a truncation note says, or the one the
+    result's own text and status say; None for a success."""
+    recorded = previous.get("failure") if isinstance(previous, dict) else None
+    if isinstance(recorded, str):
+        return recorded
+    text = content_text(message.content)
+    note = read_truncation_note(text)
+    return (note.failure if note is not None else None) or tool_failure(message, text)
 
 
 def last_resort(state: LadderState, budget: int, goal: int | None = None) -> None:
@@ -283,8 +302,14 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
     enough, cut like any message. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
-    candidate to its marker could not fit (the system prompt alone is too large), nothing is cut: the caller
-    reports the overflow. Every cut is recorded as a "shortened" action of the strategy "last_resort".
+    candidate to its marker could not fit (the system prompt alone is too large), the history is over the budget
+    whatever is cut, and the caller reports the overflow; what may still go goes all the same (the call may fit
+    the window, which the reply's reserve makes larger than the budget): every message not pinned, not a summary
+    and not the latest request loses its text and media to the marker (its tool calls stay whole: cutting their
+    arguments would lose what names them), the progress note is made terse (each call still named: cutting it
+    would lose calls for a history that does not fit anyway); pinned messages, summaries and the latest request
+    stay as they are. Every cut is recorded as a "shortened" action of the
+    strategy "last_resort".
     """
     counter = state.counter
     slots = state.slots
@@ -297,11 +322,16 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
                                       recall=state.recall_key(s.message)))
         if cuttable(i) else s.tokens
         for i, s in enumerate(slots))
-    if floor > budget:
-        return
     requests = [i for i, s in enumerate(slots) if is_request(s.message)]
     latest = requests[-1] if requests else -1
     noted = {i for i, s in enumerate(slots) if note_lines(s.message)}  # the running request's progress note
+    if floor > budget:  # it cannot fit: still do what may be done (issue 20), never to the pins
+        for i in sorted((i for i in range(len(slots)) if cuttable(i)), key=lambda k: -slots[k].tokens):
+            if i in noted:
+                _terse(state, i)
+            elif not (i == latest or slots[i].pinned or is_summary(slots[i].message)):
+                _cut_text(state, i)
+        return
     steps = state.steps()
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
@@ -333,6 +363,18 @@ def _terse(state: LadderState, i: int) -> bool:
     state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
                   detail="progress note made terse: each call named, without its result's size and start")
     return True
+
+
+def _cut_text(state: LadderState, i: int) -> None:
+    """Replace message `i` by its cut without any text or media (its tool calls whole: what names them), when
+    that is smaller: what a history that cannot fit still sheds (`last_resort`)."""
+    message = state.slots[i].message
+    cut = shorten(message, 0, drop_media=True, recall=state.recall_key(message))
+    tokens = state.counter.count_message(cut)
+    if tokens < state.slots[i].tokens:
+        state.replace(i, cut, strategy="last_resort", kind="shortened", tokens=tokens,
+                      detail=f"the history cannot fit the budget: its text cut ({text_length(message.content):,} "
+                             "characters), its tool calls kept")
 
 
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:

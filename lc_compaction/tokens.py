@@ -11,7 +11,8 @@ text differs):
   and ``NAME_OVERHEAD_TOKENS`` (1) when ``name`` is set -- the OpenAI cookbook's rules (see the constants).
 * the content: a string is encoded; a list of blocks is counted block by block (text, reasoning, tool-use, image,
   file; a block of an unknown kind by its JSON text, keys included: see :meth:`StructuredCounter.count_content`).
-  Images and files cost a bounded amount, never anything proportional to their base64 size.
+  Images and files cost a bounded amount, never anything proportional to their base64 size; a PDF costs its pages
+  (read from its bytes) times the per-page figure of the model's provider (`pdf_tokens_per_page`).
 * an AI message's ``tool_calls``: name + the arguments as langchain-openai sends them (``json.dumps(args,
   ensure_ascii=False)``) + ``TOOL_CALL_OVERHEAD_TOKENS`` per call
   (``invalid_tool_calls``: name + the raw argument string + the same overhead).  A content block that repeats a
@@ -52,8 +53,14 @@ from lc_compaction._images import (  # the IMAGE_* constants are re-exported: pa
     IMAGE_SHORT_SIDE_PX,
     IMAGE_TILE_PX,
     IMAGE_TILE_TOKENS,
+    PDF_FALLBACK_PAGES,
+    PDF_PAGE_TOKENS_ANTHROPIC,
+    PDF_PAGE_TOKENS_DEFAULT,
+    PDF_PAGE_TOKENS_GEMINI,
     _image_dimensions,
     image_tokens,
+    pdf_page_count,
+    pdf_page_tokens,
 )
 from lc_compaction._offline import EncodingUnavailableError, ensure_encoding
 from lc_compaction._tool_schema import (
@@ -72,6 +79,10 @@ __all__ = [
     "IMAGE_SHORT_SIDE_PX",
     "IMAGE_TILE_PX",
     "IMAGE_TILE_TOKENS",
+    "PDF_FALLBACK_PAGES",
+    "PDF_PAGE_TOKENS_ANTHROPIC",
+    "PDF_PAGE_TOKENS_DEFAULT",
+    "PDF_PAGE_TOKENS_GEMINI",
     "ApproximateCounter",
     "CallableCounter",
     "EncodingUnavailableError",
@@ -81,6 +92,9 @@ __all__ = [
     "TokenCounter",
     "encoding_name_for_model",
     "image_tokens",
+    "model_family",
+    "pdf_page_count",
+    "pdf_tokens_per_page",
     "resolve_token_counter",
 ]
 
@@ -110,9 +124,9 @@ TOOL_CALL_OVERHEAD_TOKENS = 3
 against the API by [hmarr] for function-call messages (an estimate, not exact)."""
 
 FILE_BLOCK_TOKENS = 1_000
-"""Fixed estimate for a file, document, audio or video block whose text is not in the message (a PDF, an audio
-clip, a file id).  NOT exact and not an upper bound -- a long PDF can cost far more -- but bounded and independent
-of the payload's size, so a base64 payload never counts as text."""
+"""Fixed estimate for a file, audio or video block whose text is not in the message and that is not a PDF (an audio
+clip, a .docx, a file id of unknown type).  NOT exact and not an upper bound, but bounded and independent of the
+payload's size, so a base64 payload never counts as text.  A PDF is counted by its pages (`pdf_tokens_per_page`)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -179,6 +193,27 @@ def _bare_model_name(model_name: str) -> str:
     return name
 
 
+def model_family(model_name: str | None) -> str:
+    """The provider whose media rules apply to a model: "anthropic" for a name holding "claude" or "anthropic"
+    (``claude-sonnet-4-5``, ``anthropic:claude-3-5-haiku-latest``, Bedrock's
+    ``us.anthropic.claude-3-7-sonnet-20250219-v1:0``), "gemini" for one holding "gemini" (``gemini-2.5-flash``,
+    ``google_genai:gemini-2.0-flash``, ``vertex_ai/gemini-1.5-pro``), else "openai" (the default rules: gpt-*,
+    o-series, and every other model, None included).  Case-insensitive."""
+    name = (model_name or "").lower()
+    if "claude" in name or "anthropic" in name:
+        return "anthropic"
+    if "gemini" in name:
+        return "gemini"
+    return "openai"
+
+
+def pdf_tokens_per_page(model_name: str | None) -> int:
+    """Tokens one PDF page costs on `model_name`, by its provider's published figure (`model_family`;
+    `_images.pdf_page_tokens`): 3,000 on Claude (the top of Anthropic's 1,500-3,000 a page), 258 on Gemini (Google's
+    figure), 3,000 on OpenAI and other models (no figure published; see `PDF_PAGE_TOKENS_DEFAULT`)."""
+    return pdf_page_tokens(model_family(model_name))
+
+
 def encoding_name_for_model(model_name: str | None) -> str:
     """Return the tiktoken encoding name for a chat model name.
 
@@ -227,6 +262,40 @@ def _is_remove(message: BaseMessage) -> bool:
     return getattr(message, "type", None) == "remove"
 
 
+_PAGE_KEYS = ("pages", "page_count", "num_pages")
+
+
+def _pdf_pages(block: dict[str, Any]) -> int | None:
+    """The pages a file or document block counts for when it is a PDF (None when it is not one): read from its
+    base64 data (`pdf_page_count`), else from its metadata (`_PAGE_KEYS` in the block, its ``extras`` or
+    ``metadata``), else `PDF_FALLBACK_PAGES`."""
+    def field(key: str) -> dict[str, Any]:
+        value = block.get(key)
+        return value if isinstance(value, dict) else {}
+
+    file, source = field("file"), field("source")
+    datas = [block.get("base64"), block.get("data"), block.get("file_data"), file.get("file_data"),
+             source.get("data") if source.get("type", "base64") == "base64" else None]
+    data = next((d for d in datas if isinstance(d, str) and d), None)
+    mimes = [block.get("mime_type"), source.get("media_type"), file.get("mime_type")]
+    names = [block.get("filename"), file.get("filename"), block.get("url"), block.get("file_url"),
+             source.get("url")]
+    is_pdf = (any(isinstance(m, str) and m.lower() == "application/pdf" for m in mimes)
+              or any(isinstance(n, str) and n.lower().split("?", 1)[0].endswith(".pdf") for n in names)
+              or (isinstance(data, str) and data.startswith("data:application/pdf")))
+    pages = pdf_page_count(data) if isinstance(data, str) else None
+    if pages is None and not is_pdf:
+        return None
+    if pages is not None:
+        return pages
+    for holder in (block, field("extras"), field("metadata")):
+        for key in _PAGE_KEYS:
+            value = holder.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return PDF_FALLBACK_PAGES
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Counters
 # ---------------------------------------------------------------------------------------------------------------
@@ -243,10 +312,11 @@ class StructuredCounter:
     reply_overhead: int = REPLY_PRIMING_TOKENS
     _tool_costs: ToolSchemaCosts = TOOL_COSTS_O200K
 
-    def __init__(self, *, cache_size: int = 100_000) -> None:
+    def __init__(self, *, cache_size: int = 100_000, model_name: str | None = None) -> None:
         self._cache = _MessageCache(cache_size)
         self._role_costs: dict[str, int] = {}
         self._name_costs: dict[str, int] = {}
+        self._pdf_page_tokens = pdf_tokens_per_page(model_name)
 
     # -- the protocol -------------------------------------------------------------------------------------------
 
@@ -352,8 +422,11 @@ class StructuredCounter:
         block's count is a lower bound); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
         (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
         ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
-        the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); files,
-        documents, audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); a dict
+        the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); a PDF (its
+        media type, a ``.pdf`` file name, or ``%PDF-`` bytes) -> its pages times :func:`pdf_tokens_per_page` of the
+        counter's model, the pages read from its base64 (`pdf_page_count`), else from ``pages`` / ``page_count`` /
+        ``num_pages`` in the block, its ``extras`` or ``metadata``, else :data:`PDF_FALLBACK_PAGES`; other files,
+        audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); a dict
         block of an unknown kind (Bedrock Converse's ``{"type": "json", "json": {...}}`` tool-result block, a
         block without a type) and the value of a ``non_standard`` block -> the tokens of their JSON text, keys
         included, binary-looking strings left out (see ``_json_tokens``).  Never raises.
@@ -483,6 +556,9 @@ class StructuredCounter:
                 return total + self.count_text(source["data"])
             if source.get("type") == "content" and source.get("content") is not None:
                 return total + self._content_tokens(source["content"], call_ids, depth)
+        pages = _pdf_pages(block)
+        if pages is not None:
+            return total + pages * self._pdf_page_tokens
         return total + FILE_BLOCK_TOKENS
 
     def _value_tokens(self, value: Any, depth: int) -> int:
@@ -547,7 +623,8 @@ class TiktokenCounter(StructuredCounter):
     For non-OpenAI models the encoding is ``o200k_base``, an approximation.
 
     Args:
-        model_name: chooses the encoding via :func:`encoding_name_for_model` (ignored if ``encoding_name`` given).
+        model_name: chooses the encoding via :func:`encoding_name_for_model` (ignored if ``encoding_name`` given) and
+            the media rules (a PDF page's cost: :func:`pdf_tokens_per_page`).
         encoding_name: a tiktoken encoding name, e.g. ``"o200k_base"``.
         cache_size: maximum number of cached per-message counts (entries; 0 disables the cache).
 
@@ -558,7 +635,7 @@ class TiktokenCounter(StructuredCounter):
 
     def __init__(self, model_name: str | None = None, *, encoding_name: str | None = None,
                  cache_size: int = 100_000) -> None:
-        super().__init__(cache_size=cache_size)
+        super().__init__(cache_size=cache_size, model_name=model_name)
         self.model_name = model_name
         self.encoding_name = encoding_name or encoding_name_for_model(model_name)
         self.encoding = ensure_encoding(self.encoding_name)
@@ -588,17 +665,20 @@ class ApproximateCounter(StructuredCounter):
     Args:
         chars_per_token: characters per token (> 0).
         cache_size: maximum number of cached per-message counts (entries; 0 disables the cache).
+        model_name: chooses the media rules (a PDF page's cost: `pdf_tokens_per_page`); None: the default ones.
 
     Raises:
         ValueError: ``chars_per_token`` is not a positive number, or ``cache_size`` is negative.
     """
 
-    def __init__(self, *, chars_per_token: float = 4.0, cache_size: int = 100_000) -> None:
+    def __init__(self, *, chars_per_token: float = 4.0, cache_size: int = 100_000,
+                 model_name: str | None = None) -> None:
         if isinstance(chars_per_token, bool) or not isinstance(chars_per_token, (int, float)) or not (
             chars_per_token > 0 and math.isfinite(chars_per_token)
         ):
             raise ValueError(f"chars_per_token must be a positive number, got {chars_per_token!r}")
-        super().__init__(cache_size=cache_size)
+        super().__init__(cache_size=cache_size, model_name=model_name)
+        self.model_name = model_name
         self.chars_per_token = float(chars_per_token)
         self.name = "approximate"
         self.reply_overhead = REPLY_PRIMING_TOKENS
@@ -610,7 +690,7 @@ class ApproximateCounter(StructuredCounter):
         return math.ceil(len(text) / self.chars_per_token)
 
     def __repr__(self) -> str:
-        return f"ApproximateCounter(chars_per_token={self.chars_per_token})"
+        return f"ApproximateCounter(chars_per_token={self.chars_per_token}, model_name={self.model_name!r})"
 
 
 class MessageCounter:
@@ -721,7 +801,7 @@ def resolve_token_counter(spec: Any, *, model_name: str | None = None) -> TokenC
     """Turn a ``token_counter`` setting into a :class:`TokenCounter`.
 
     * ``None``, ``"exact"``, ``"tiktoken"`` -> ``TiktokenCounter(model_name)``
-    * ``"approximate"``, ``"approx"`` -> ``ApproximateCounter()``
+    * ``"approximate"``, ``"approx"`` -> ``ApproximateCounter(model_name=model_name)``
     * ``"messages"`` or the builtin ``len`` -> ``MessageCounter()``
     * an object that satisfies :class:`TokenCounter` -> itself
     * any other callable (not a class) -> ``CallableCounter(spec)``
@@ -739,7 +819,7 @@ def resolve_token_counter(spec: Any, *, model_name: str | None = None) -> TokenC
         if key in _EXACT_SPECS:
             return TiktokenCounter(model_name)
         if key in _APPROX_SPECS:
-            return ApproximateCounter()
+            return ApproximateCounter(model_name=model_name)
         if key == "messages":
             return MessageCounter()
         raise ValueError(

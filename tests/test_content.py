@@ -96,8 +96,10 @@ def test_every_reasoning_kind_counts_as_thinking_first(block):
 
 
 @pytest.mark.parametrize("block", THINKING, ids=[b["type"] for b in THINKING])
-def test_the_active_turn_step_is_pinned_for_every_reasoning_kind(block):
-    """The step after the latest request that starts with a reasoning block (of any kind) survives compaction."""
+def test_the_active_turn_step_keeps_its_thinking_for_every_reasoning_kind(block):
+    """The step after the latest request that starts with a reasoning block (of any kind) survives compaction, its
+    message as it was (no later step starts with thinking, so no fold may take it); its result is a tool result
+    like any other (issue 20: what may be cut of it is cut)."""
     think = AIMessage([block, {"type": "tool_use", "id": "k0", "name": "read", "input": {"p": 0}}], id="think",
                       tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
     msgs = [HumanMessage("q " * 1000, id="h0"), AIMessage("a " * 1000, id="a0"),
@@ -114,18 +116,18 @@ def test_the_active_turn_step_is_pinned_for_every_reasoning_kind(block):
     assert "think" in kept and "t0" in kept
     assert len(kept) < len(msgs)  # something was dropped, and the thinking step was not
     # neither the second pass nor the last resort (which both ran: the history is still over the budget when
-    # the drop has done what it can) touched the thinking step: the same objects, content untouched
+    # the drop has done what it can) touched the thinking message: the same object, content untouched
     by_id = {m.id: m for m in result.messages}
-    assert by_id["think"] is think and by_id["t0"] is msgs[4]
+    assert by_id["think"] is think
     assert {a.strategy for a in result.actions} >= {"drop_old_exchanges", "last_resort"}
-    assert not any({"think", "t0"} & set(a.message_ids) for a in result.actions)
+    assert not any("think" in a.message_ids for a in result.actions)
 
 
 @pytest.mark.parametrize("block", THINKING, ids=[b["type"] for b in THINKING])
-def test_the_last_resort_cuts_the_active_turn_steps_result_only_to_fit_the_budget(block):
-    """When only the pinned thinking step's own (huge) result can make the history fit, the last resort cuts that
-    result in place, to what the budget needs (pinned: never toward the target, as unpinned messages are), and
-    the thinking message itself stays as it was, its reasoning block first."""
+def test_the_last_resort_cuts_the_active_turn_steps_result_never_its_thinking(block):
+    """When only the thinking step's own (huge) result can make the history fit, the last resort cuts that result
+    in place (a tool result: toward the target, as any unpinned message), and the thinking message itself stays
+    as it was, its reasoning block first (issue 20: its pin covered its results, which then stayed whole)."""
     think = AIMessage([block, {"type": "tool_use", "id": "k0", "name": "read", "input": {"p": 0}}], id="think",
                       tool_calls=[{"name": "read", "args": {"p": 0}, "id": "k0", "type": "tool_call"}])
     msgs = [HumanMessage("q " * 1000, id="h0"), AIMessage("a " * 1000, id="a0"),
@@ -138,7 +140,7 @@ def test_the_last_resort_cuts_the_active_turn_steps_result_only_to_fit_the_budge
     assert budget is not None and target is not None
     result = compact(msgs, policy)
     by_id = {m.id: m for m in result.messages}
-    assert result.fits and target < result.tokens_after <= budget
+    assert result.fits and result.tokens_after <= budget
     assert by_id["think"] is think and starts_with_thinking(by_id["think"])
     cut = by_id["t0"]
     assert is_shortened(cut) and cut.content.startswith("z" * 1000)

@@ -35,6 +35,8 @@ from lc_compaction._content import KNOWN_BLOCKS
 from lc_compaction._offline import ensure_encoding
 from lc_compaction.tokens import (
     FILE_BLOCK_TOKENS,
+    PDF_FALLBACK_PAGES,
+    PDF_PAGE_TOKENS_DEFAULT,
     ApproximateCounter,
     CallableCounter,
     MessageCounter,
@@ -402,6 +404,8 @@ def test_image_detail_low_and_unknown_size(exact):
 
 
 def test_file_blocks_bounded_constant(exact):
+    """Audio costs a bounded constant; a PDF whose pages cannot be read (here: no page object in it) costs the
+    fallback's page, whatever its size (PDFs with pages: tests/test_documents.py)."""
     small = b64(b"%PDF-1.4 " + os.urandom(100))
     big = b64(b"%PDF-1.4 " + os.urandom(300_000))
     for payload in (small, big):
@@ -409,6 +413,9 @@ def test_file_blocks_bounded_constant(exact):
             {"type": "file", "base64": payload, "mime_type": "application/pdf"},
             {"type": "input_file", "file_data": f"data:application/pdf;base64,{payload}", "filename": "a.pdf"},
             {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": payload}},
+        ):
+            assert _block_cost(exact, block) == PDF_FALLBACK_PAGES * PDF_PAGE_TOKENS_DEFAULT
+        for block in (
             {"type": "input_audio", "input_audio": {"data": payload, "format": "wav"}},
             {"type": "audio", "base64": payload, "mime_type": "audio/wav"},
         ):

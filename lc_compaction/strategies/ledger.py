@@ -29,7 +29,7 @@ from typing import cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from lc_compaction._content import arguments_text, content_text, is_invalid_call
+from lc_compaction._content import arguments_text, content_text, is_invalid_call, tool_failure
 from lc_compaction.markers import defang, fence, fenced_lines, is_summary, summary_text
 from lc_compaction.strategies.facts import is_facts_line
 from lc_compaction.structure import tool_calls_of, tool_pairs
@@ -64,7 +64,7 @@ def shorten(text: str, limit: int) -> str:
 
 
 def _is_error(message: ToolMessage, text: str) -> bool:
-    return message.status == "error" or text.lstrip().lower().startswith(("error", "traceback"))
+    return tool_failure(message, text) is not None  # the status, a non-zero exit code, a traceback
 
 
 def entries(messages: Sequence[BaseMessage]) -> list[str]:

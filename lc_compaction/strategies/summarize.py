@@ -19,7 +19,10 @@ The model calls (`model.invoke` in `apply`, `model.ainvoke` in `aapply`; both dr
   summary and the evicted messages as readable text (`render_transcript`: no reprs, no base64, long tool results
   cut). It never exceeds `trim_tokens_to_summarize` tokens: tool results are cut shorter first, then the messages
   are summarized in chunks, oldest first, each chunk's call carrying the summary so far (the beginning is never
-  dropped);
+  dropped; the reply to a chunk is capped so that it leaves room for the next one, and an earlier summary too
+  long for that room is shortened, reported in `details["previous_summary_cut"]`). When the bound leaves too
+  little room for chunks (`transcript.NoRoomError`: it depends on the history, so it is never refused at
+  construction), the ledger is written instead, its reason in `details["fallback_reason"]`;
 - the call (summary_call.py): config `{"tags": [TAG_NOSTREAM], "metadata": {"lc_source": "summarization"}}`, no
   tools; output at most `max_summary_tokens` tokens, asked of the model (`max_tokens` or its equivalent, when the
   model has such a field) AND enforced by cutting the reply with a marker (OpenAI-compatible servers such as
@@ -72,7 +75,7 @@ from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
 from lc_compaction.strategies.provenance import ProvenanceGuard
 from lc_compaction.strategies.summary_call import Cooldown, SummarizationError, SummaryCall, SummaryRequest
-from lc_compaction.strategies.transcript import CUT_MARKER, MIN_CHUNK_TOKENS, summary_prompts
+from lc_compaction.strategies.transcript import CUT_MARKER, NoRoomError, render_input, summary_prompts
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
 __all__ = ["CUT_MARKER", "DEFAULT_COOLDOWN", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES",
@@ -153,7 +156,10 @@ class Summarize:
         summary_prompt: a preset name ("default", "customer_support", "coding", "research") or a `str.format`
             template with `{messages}` (LangChain's `SummarizationMiddleware.summary_prompt` convention).
         trim_tokens_to_summarize: bound of one summarizer call's input, tokens (prompt, earlier summary and
-            messages); None for no bound. Default 4,000 (LangChain's).
+            messages); None for no bound. Default 4,000 (LangChain's). Any bound that holds the prompt itself is
+            accepted, as LangChain accepts any: what a history needs beyond that (room for an earlier summary,
+            for chunks of a long evicted part) is met at run time (the earlier summary shortened; the ledger when
+            chunks would not fit; both reported).
         max_summary_tokens: output cap, tokens (asked of the model and enforced by a cut). Default 1,000. It is
             lowered when the room under the goal is smaller (not below `MIN_SUMMARY_TOKENS`).
         timeout: deadline of the whole summarization of one compaction (its attempts, the waits between them,
@@ -197,7 +203,8 @@ class Summarize:
 
     Reports, in `state.details` (then `CompactionResult.details`; the text goes to `CompactionResult.summary`):
         summarizer: "model", "ledger" (no model, or the fallback) or "none" (`fallback="skip"` after a failure).
-        fallback_reason: why the model's summary was not used (only when it was not): the error's text.
+        fallback_reason: why the model's summary was not used (only when it was not): the error's text, or why
+            `trim_tokens_to_summarize` left no room for chunks (the model was not called).
         summarizer_failure: the failure's reason ("error", "timeout", "no_text", or "cooldown": not called).
         failures: {"summarize": the error's text} (see `LadderState.record_failure`).
         summarized_messages: conversation messages replaced (an earlier summary not counted), over the passes.
@@ -212,9 +219,13 @@ class Summarize:
             ledger's entries).
         summary_skipped: why a written summary was not put in (it would not have been smaller than what it
             replaced); the messages stay.
+        previous_summary_cut: `{"tokens_before", "tokens_after"}` of an earlier summary shortened to leave room
+            for the messages under `trim_tokens_to_summarize`.
 
     Raises:
-        ValueError: a setting is invalid (the message names it).
+        ValueError: a setting is invalid for every history (the message names it): a value of the wrong type or
+            range, a prompt without `{messages}`, a `trim_tokens_to_summarize` that cannot hold the prompt alone
+            (counted at 4 characters a token).
     """
 
     model: str | BaseChatModel | None = None
@@ -252,12 +263,14 @@ class Summarize:
             raise ValueError(f"max_summary_tokens: must be an int >= {MIN_SUMMARY_TOKENS} tokens, "
                              f"got {self.max_summary_tokens!r}")
         if self.trim_tokens_to_summarize is not None:
-            need = ApproximateCounter().count_text(self._template) + self.max_summary_tokens + MIN_CHUNK_TOKENS
-            if not _positive_int(self.trim_tokens_to_summarize) or self.trim_tokens_to_summarize < need:
+            # only what no history can change: the prompt alone must fit (an earlier summary, the evicted part's
+            # size are met at run time: `summary_prompts` shortens the one, the ledger stands in when no room)
+            bare = ApproximateCounter().count_text(self._template.format(messages=render_input(None, [])))
+            if not _positive_int(self.trim_tokens_to_summarize) or self.trim_tokens_to_summarize <= bare:
                 raise ValueError(
-                    f"trim_tokens_to_summarize: {self.trim_tokens_to_summarize!r} tokens leaves no room for the "
-                    f"messages beside the prompt and a {self.max_summary_tokens}-token summary; give at least "
-                    f"{need} tokens (or None for no bound)")
+                    f"trim_tokens_to_summarize: {self.trim_tokens_to_summarize!r} tokens cannot hold the prompt "
+                    f"alone (about {bare} tokens at 4 characters a token) and any message; give more (or None for "
+                    "no bound)")
         if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
                                          or not self.timeout > 0):
             raise ValueError(f"timeout: must be a positive number of seconds or None, got {self.timeout!r}")
@@ -329,16 +342,23 @@ class Summarize:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
                 count = plan.counter.count_text
                 prompts = summary_prompts(self._template, plan.messages, plan.previous_text,
-                                          self.trim_tokens_to_summarize, count, redact=self.redact)
+                                          self.trim_tokens_to_summarize, count, redact=self.redact,
+                                          report=state.details)
                 try:
-                    prompt = next(prompts)
+                    prompt, cap = next(prompts)
                     while True:
                         plan.calls += 1
                         plan.input_tokens = max(plan.input_tokens, count(prompt))
-                        request = SummaryRequest(prompt, plan.reply_cap, count, memo.get("deadline"))
-                        prompt = prompts.send((yield request))
+                        reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
+                                                                           min(plan.reply_cap, cap))
+                        request = SummaryRequest(prompt, reply_cap, count, memo.get("deadline"))
+                        prompt, cap = prompts.send((yield request))
                 except StopIteration as done:
                     text = done.value
+                except NoRoomError as exc:  # the bound is too small for this history: the ledger, reported
+                    self._commit(state, plan, None, str(exc))
+                    self._fold(state, plan.folds)
+                    return True
                 except SummarizationError as exc:
                     failure = memo["failure"] = exc
                     self._cooldown.failed(exc)

@@ -43,8 +43,16 @@ CHUNK_TOOL_RESULT_CHARS = 500
 """Characters of each tool result when the evicted part is summarized in chunks."""
 
 MIN_CHUNK_TOKENS = 256
-"""Smallest part of the input bound left for the messages of one chunk (tokens); `trim_tokens_to_summarize`
-must leave at least this beside the prompt and the running summary."""
+"""Smallest part of the input bound left for the messages of one chunk (tokens), and for the summary so far beside
+them (an earlier summary shortened to it, the replies to the chunks capped to it: `summary_prompts`); with less,
+the evicted part is not summarized in chunks (`NoRoomError`: the ledger is written instead)."""
+
+
+class NoRoomError(ValueError):
+    """The input bound leaves too little room to summarize the evicted part in chunks (`summary_prompts`): fewer
+    than `MIN_CHUNK_TOKENS` for a chunk's messages and as many for the summary so far beside the prompt. Depends on
+    the history (whether the evicted part fits one prompt), so it is met at run time, never at construction:
+    `Summarize` writes the ledger instead and reports why."""
 
 CUT_MARKER = "\n[... summary cut at {cap:,} tokens by lc-compaction ...]"
 """Appended where a reply over the output cap was cut (or where the server itself stopped at the cap)."""
@@ -132,8 +140,10 @@ def cut_to_tokens(text: str, cap: int, count_text: Callable[[str], int]) -> tupl
 
 def summary_prompts(template: str, messages: Sequence[BaseMessage], previous_summary: str | None,
                     budget: int | None, count_text: Callable[[str], int], *,
-                    redact: Redact | None = None) -> Generator[str, str, str]:
-    """The prompts of one summary: yields each prompt, is sent the model's summary of it, returns the summary.
+                    redact: Redact | None = None,
+                    report: dict[str, Any] | None = None) -> Generator[tuple[str, int | None], str, str]:
+    """The prompts of one summary: yields each prompt with the cap of its reply (tokens; None: the summary's own
+    cap), is sent the model's summary of it, returns the summary.
 
     Args:
         template: the prompt, a `str.format` template with `{messages}` (filled by `render_input`).
@@ -142,11 +152,17 @@ def summary_prompts(template: str, messages: Sequence[BaseMessage], previous_sum
         budget: bound of each prompt, tokens by `count_text` (`trim_tokens_to_summarize`); None for no bound.
         count_text: the counter of text (tokens).
         redact: applied to every message's text and to the earlier summary before they are rendered.
+        report: when given, `report["previous_summary_cut"]` is set to `{"tokens_before": n, "tokens_after": m}`
+            when the earlier summary is shortened.
 
     One prompt when it fits `budget` with tool results cut to each of `TOOL_RESULT_CHARS` in turn; otherwise
     chunks of the messages (tool results cut to `CHUNK_TOOL_RESULT_CHARS`), oldest first, each prompt given the
-    summary so far. An earlier summary too large to leave `MIN_CHUNK_TOKENS` for the messages is cut, with
-    `CUT_MARKER` (never silently).
+    summary so far, whose reply is capped so that it leaves `MIN_CHUNK_TOKENS` for the next chunk. An earlier
+    summary too large to leave them is shortened to that cap, with `CUT_MARKER` (never silently: `report`).
+
+    Raises:
+        NoRoomError: chunks are needed and `budget` leaves fewer than `MIN_CHUNK_TOKENS` twice beside the prompt
+            (the messages of a chunk and the summary so far), before any prompt is yielded.
     """
     if previous_summary and redact is not None:
         previous_summary = redact(previous_summary)
@@ -154,20 +170,30 @@ def summary_prompts(template: str, messages: Sequence[BaseMessage], previous_sum
         entries = render_transcript(messages, chars, redact=redact)
         prompt = template.format(messages=render_input(previous_summary, entries))
         if budget is None or count_text(prompt) <= budget:
-            return (yield prompt)
+            return (yield prompt, None)
     assert budget is not None
     entries = render_transcript(messages, CHUNK_TOOL_RESULT_CHARS, redact=redact)
+    bare = count_text(template.format(messages=render_input(None, [])))
+    tags = max(0, count_text(template.format(messages=render_input("x", []))) - bare - count_text("x"))
+    room = budget - bare - tags - MIN_CHUNK_TOKENS  # for the summary so far, beside a chunk of the messages
     running = previous_summary
-    if running and budget - count_text(template.format(messages=render_input(running, []))) < MIN_CHUNK_TOKENS:
-        bare = count_text(template.format(messages=render_input("", [])))
-        running, _ = cut_to_tokens(running, max(1, budget - MIN_CHUNK_TOKENS - bare - 16), count_text)
+    if room < MIN_CHUNK_TOKENS:
+        raise NoRoomError(f"trim_tokens_to_summarize={budget} leaves {max(0, budget - bare)} tokens beside the "
+                          f"{bare}-token prompt: too few to summarize the evicted messages in chunks (each needs "
+                          f"{MIN_CHUNK_TOKENS} tokens for its messages and {MIN_CHUNK_TOKENS} for the summary so "
+                          "far)")
+    if running and count_text(running) > room:
+        before = count_text(running)
+        running, _ = cut_to_tokens(running, room, count_text)
+        if report is not None:
+            report["previous_summary_cut"] = {"tokens_before": before, "tokens_after": count_text(running)}
 
     def fits(chunk: list[str]) -> bool:
         return count_text(template.format(messages=render_input(running, chunk))) <= budget
 
     while entries:
         chunk, entries = _take_chunk(entries, fits)
-        running = yield template.format(messages=render_input(running, chunk))
+        running = yield template.format(messages=render_input(running, chunk)), (room if entries else None)
     return running or ""
 
 

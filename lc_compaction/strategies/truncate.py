@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from langchain_core.messages import ToolMessage
 
-from lc_compaction._content import content_text
+from lc_compaction._content import content_text, tool_failure
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import (
@@ -93,10 +93,11 @@ class TruncateToolResults(SyncStrategy):
     def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None,
              tool: str | None = None) -> str:
         """The one-line note that replaces `message.content` (`text`: its `content_text`, when known; `tool`: the
-        name of the tool that returned it, default `message.name`); with `recall` (the original's store key,
-        offload on), it ends with how to get the original back (`lc_compaction.offload.recall_hint`) and lists no
-        identifiers (the recall gives them back, verbatim and with their context). It depends only on these: the
-        same result gives the same note."""
+        name of the tool that returned it, default `message.name`); a failed call's note says how it failed after
+        the size (`, error (exit code 2)`: `_content.tool_failure`), so it never reads like a success; with
+        `recall` (the original's store key, offload on), it ends with how to get the original back
+        (`lc_compaction.offload.recall_hint`) and lists no identifiers (the recall gives them back, verbatim and
+        with their context). It depends only on these: the same result gives the same note."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
@@ -104,7 +105,9 @@ class TruncateToolResults(SyncStrategy):
         more = "..." if len(text) > self.preview_chars else ""
         source = f" from {tool}" if tool else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
-        return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters; "
+        failure = tool_failure(message, text)  # a failed call's note says so (its start may not show it)
+        return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters"
+                f"{f', {failure}' if failure else ''}; "
                 f"it started with: {json.dumps(preview + more, ensure_ascii=False)}"
                 f"{self._identifiers(text, preview, tool) if recall is None else ''}{hint}]")
 
