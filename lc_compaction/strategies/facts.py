@@ -89,23 +89,48 @@ _FILE_EXT = (r"(?:py|pyi|ipynb|js|jsx|ts|tsx|mjs|java|kt|go|rs|rb|php|c|cc|cpp|h
 
 _CUR = r"(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|INR)"
 _NUM = r"(?:\d{1,3}(?:,\d{3}){1,6}|\d{1,15})(?:\.\d{1,4})?"
+_NOT_IN_CODE = r"(?<![A-Za-z]-)"
+"""Before an amount or a date: not right after a letter and a hyphen, inside a code (`TL-056CAD`, `INV-2024EUR`,
+`build-2024-05-20`: the code is the identifier, not an amount or a date cut from it)."""
+_HEX = r"[0-9A-Fa-f]"
+_H16 = rf"{_HEX}{{1,4}}"
+_IPV6 = (rf"(?:{_H16}:){{7}}{_H16}"
+         rf"|(?:{_H16}:){{1,6}}(?::{_H16}){{1,6}}"
+         rf"|(?:{_H16}:){{1,7}}:"
+         rf"|::(?:{_H16}:){{0,6}}{_H16}")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_FILE = (rf"(?:(?:~|\.{{1,2}})?/)?(?:[\w.@+-]{{1,128}}/){{0,32}}[\w@+-][\w.@+-]{{0,127}}\.{_FILE_EXT}")
 
 DEFAULT_PATTERNS: dict[str, str] = {
     # a URL, up to whitespace or a closing quote/bracket; trailing punctuation is trimmed by `_trim`
     "url": r"\b(?:https?|ftp)://[^\s<>\"'`\]\[)(}{]{1,2000}",
     "email": r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b",
+    # a test's node id: tests/test_x.py::TestY::test_z[param]
+    "pytest_id": (r"(?<![\w/.@+~-])(?:(?:~|\.{1,2})?/)?(?:[\w.@+-]{1,128}/){0,32}[\w@+-][\w.@+-]{0,127}\.py"
+                  r"::\w{1,200}(?:::\w{1,200}){0,8}(?:\[[^\]\s]{0,200}\])?"),
+    # a file and its line (and column): src/mod.py:42, mod.py:42:7
+    "file_line": rf"(?<![\w/.@+~-]){_FILE}:\d{{1,7}}(?::\d{{1,5}})?(?![\d])",
     # C:\dir\file, /abs/path (2+ parts), ~/x, ./x, dir/sub/file.ext, or a bare file name with a known extension
     "path": (r"\b[A-Za-z]:\\(?:[\w.-]{1,128}\\){0,32}[\w.-]{1,128}"
              r"|(?<![\w/.@+~-])(?:~|\.{1,2})?/(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}"
              r"|(?<![\w/.@+~-])(?:~|\.{1,2})/[\w.@+-]{1,128}"
              r"|(?<![\w/.@+-])(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}\.\w{1,8}"
              rf"|(?<![\w/.-])[\w-]{{1,128}}(?:\.[\w-]{{1,64}}){{0,8}}\.{_FILE_EXT}(?![\w.])"),
-    "date": (r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    "uuid": rf"(?<![\w-]){_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])",
+    # an IPv6 address, in brackets with its port ([2001:db8::1]:8080) or bare (2001:db8::1, ::1, fe80::1)
+    "ipv6": rf"\[(?:{_IPV6})\](?::\d{{1,5}})?(?!\d)|(?<![\w:.])(?:{_IPV6})(?![\w:.]|\.\d)",
+    # an IPv4 address and its port: 10.0.0.12, 192.168.1.7:8080
+    "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?![\w.]|\.\d)",
+    # a digest with its algorithm: sha256:9f86d0..., md5-0cc175...
+    "digest": rf"(?i:\b(?:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[:-]){_HEX}{{16,128}}(?!\w)",
+    "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}})?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?\b"
              r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
              rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"
              rf"|\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTHS},? \d{{4}}\b"),
-    "amount": (rf"(?:[$€£¥₹]|\b{_CUR}\s?){_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
-               rf"|(?<![\d,.]){_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b"),
+    # an amount never starts or ends inside a code (`TL-056CAD`, `INV-2024EUR`, `TL-CAD123` are codes)
+    "amount": (rf"[$€£¥₹]{_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
+               rf"|{_NOT_IN_CODE}\b{_CUR}\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
+               rf"|(?<![\w,.]){_NOT_IN_CODE}{_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w)"),
     # the value of a JSON field named *id / *_number / *code / *ref (`"reservation_id": "AQLBTL"`): group 1
     "keyed_id": r"\"\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference)\"\s{0,3}:\s{0,3}\"([^\"\s]{3,64})\"",
     # the number value of a JSON field naming money (`"price": 55`, `"amount": 12.5`): group 1; an amount of two
@@ -116,10 +141,25 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "named_id": (r"(?i:\b(?:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                  r"receipt|account)s?\b(?:\s{1,3}(?:id|number|no\.?|code|ref))?\s{0,3}(?:is|was|:)?\s{0,3}[\"'“]?)"
                  r"(#?(?=[\w-]{0,63}\d|[A-Z0-9-]{4,64}(?![\w-]))[A-Za-z0-9][\w-]{2,63})(?![\w-])"),
-    # codes: WH-220, ZFA23B, HAT084, #W2378156 (upper-case letters and digits, at least one of each, 4+ chars)
+    # a line of a file: `line 42` (a traceback's frame, a linter's message)
+    "line": r"\b[Ll]ine \d{1,7}(?![\d.]\d|\w)",
+    # an exception or warning type: ValueError, AssertionError, KeyboardInterrupt (not `Error` alone)
+    "error_type": (r"(?<![\w.])(?:[A-Z][A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|KeyboardInterrupt|SystemExit|"
+                   r"StopIteration|GeneratorExit)(?!\w)"),
+    # the name a Python `def` or `class` defines: group 1
+    "definition": r"\b(?:def|class)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])",
+    # a dotted name: pkg.mod.func, self.opts, np.where (the first part of two characters or more: not `e.g`)
+    "dotted": r"(?<![\w./@-])[A-Za-z_]\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?![\w-]|\.[A-Za-z_])",
+    # long hexadecimal: a git sha (b0ff879), a hash; 7 to 64 digits, at least one 0-9 and one a-f
+    "hex": r"(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f]{7,64}(?![\w-])|\b0x[0-9A-Fa-f]{4,32}\b",
+    # codes: WH-220, ZFA23B, HAT084, #W2378156 (upper-case letters and digits, at least one of each, 4+ chars);
+    # a hyphenated code of letters only (6+ characters) when a part of two letters or more has no vowel, or a part
+    # of four or more is hexadecimal (RQ-FACADE, TL-BAAFFC; not NON-REFUNDABLE)
     "code": (r"#[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
              r"|(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9]{1,20}(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
-             r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"),
+             r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"
+             r"|(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
+             r"[A-Z]{1,20}(?:-[A-Z]{1,20}){1,5}(?![\w-])"),
     # slugs with a digit: sofia_kim_7287, gift_card_7480005, build-1142
     "slug": r"(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}(?![\w-])",
     # numbers of 3+ digits: 4421486, 1,234, 255.0 (not part of a word, not the decimals of another number)
@@ -131,7 +171,10 @@ of the characters it consumes, so extraction stays linear in the text's length (
 a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
 codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
 `gift_card_7480005`, `"reservation_id": "AQLBTL"`, the two-digit `"price": 65` of a flight) and the cases
-(`WH-220`, `ZFA23B`)."""
+(`WH-220`, `ZFA23B`); issue 20 (class 8: UUIDs, IPv4 and IPv6 addresses with their port, `sha256:` digests and
+long hexadecimal, codes whose tail has no digit, codes that end in a currency code) and issue 24 (what a coding
+agent needs: `file.py:N`, `line N`, pytest ids, error types, def/class names, dotted names, git shas; the shapes
+from the SWE-agent conversations of the shared traces)."""
 
 _TRAILING = ".,;:!?)]}'\"»”’"
 
@@ -145,12 +188,25 @@ _NEEDS: dict[str, re.Pattern[str]] = {
     "keyed_amount": re.compile(r'"'),
     "named_id": re.compile(r"(?i:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                            r"receipt|account)"),
+    "pytest_id": re.compile(r"\.py::"),
+    "file_line": re.compile(r"\.\w{1,8}:\d"),
+    "uuid": re.compile(r"-" + _HEX + r"{4}-"),
+    "ipv6": re.compile(r"::|" + _HEX + r":" + _HEX),
+    "ipv4": re.compile(r"\d\.\d{1,3}\.\d"),
+    "digest": re.compile(r"(?i:sha|md5|blake)"),
+    "line": re.compile(r"[Ll]ine \d"),
+    "error_type": re.compile(r"Error|Exception|Warning|KeyboardInterrupt|SystemExit|StopIteration|GeneratorExit"),
+    "definition": re.compile(r"\b(?:def|class)\s"),
+    "dotted": re.compile(r"\w\.[A-Za-z_]"),
 }
 """For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
 without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
 follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, a path a slash, a backslash or a
 known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
-quote, a named id its noun. Used only while the pattern is the built-in one."""
+quote, a named id its noun, a pytest id `.py::`, a file's line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` or a
+hex digit, a colon and a hex digit, an IPv4 address `d.ddd.d`, a digest its algorithm's name, a line `line N`, an
+error type its ending, a definition `def` or `class`, a dotted name a word character, a dot and a letter. Used only
+while the pattern is the built-in one."""
 
 EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
