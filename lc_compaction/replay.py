@@ -20,7 +20,7 @@ without compaction. And each call looks up the identifiers of the recording so f
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -264,7 +264,7 @@ def _fraction(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
 
-def command_figures(by_kind: Iterable[dict[str, Sequence[int]]]) -> dict[str, Any]:
+def command_figures(by_kind: Iterable[Mapping[str, Sequence[int]]]) -> dict[str, Any]:
     """The next-command figures over calls, from each call's `CallRecord.command_identifiers_by_kind`: the keys
     `command_identifiers_seen`, `command_identifiers_held`, `command_identifiers_held_fraction`,
     `tool_command_identifiers_seen`, `tool_command_identifiers_held`, `tool_command_identifiers_held_fraction`

@@ -97,16 +97,21 @@ def sent_text(messages: list[BaseMessage]) -> str:
 def test_a_note_lists_what_its_preview_lacks_fenced_and_attributed_to_the_tool():
     result = booking(1, named=False)[2]
     note = TruncateToolResults().note(result, tool="get_reservation")  # the call's name: the result has none
-    text = result.content
-    preview = " ".join(text[:200].split())
-    beyond = [i for i in GUARD.extract(text) if not contains(preview, i)]
+    data = json.loads(result.content)
+    preview = read_truncation_note(note).start  # a JSON result's preview: its fields as `key: value`
+    assert preview.startswith(f"reservation_id: {data['reservation_id']}; notes: the fare rules")
+    beyond = [i for i in GUARD.extract(result.content) if not contains(preview, i)]
     assert values(beyond) == ["HAT101", "41", "guest1@example.com", "gift_card_7001"]
     start, end = fenced_spans(note)[0]
     assert fence_label(note[start:end]) == "get_reservation"
     for i in beyond:
         assert held(note[start:end], i.value) and not held(outside_fences(note), i.value)
     assert note.count("RS001Q") == 1  # the preview holds it: not listed again
-    assert read_truncation_note(note).identifiers.split(FACTS_SEPARATOR) == values(beyond)
+    # each listed with the key of its field, as the result had it
+    keys = {str(v): k for k, v in data.items()}
+    assert read_truncation_note(note).identifiers.split(FACTS_SEPARATOR) == [f"{keys[v]}: {v}" for v in values(beyond)]
+    assert [(i.value, i.key) for i in GUARD.extract_result(result.model_copy(update={"content": note}))][-4:] == [
+        (v, keys[v]) for v in values(beyond)]
 
 
 def test_a_note_takes_its_tool_from_the_call_when_the_result_has_no_name():
@@ -121,9 +126,9 @@ def test_a_note_takes_its_tool_from_the_call_when_the_result_has_no_name():
 
 def test_a_note_is_bounded_in_characters_and_says_how_many_it_left_out():
     result = booking(1)[2]
-    note = TruncateToolResults(max_identifier_chars=20).note(result)
+    note = TruncateToolResults(max_identifier_chars=40).note(result)
     listed = read_truncation_note(note).identifiers.split(FACTS_SEPARATOR)
-    assert listed == ["HAT101", "41"] and len(FACTS_SEPARATOR.join(listed)) <= 20
+    assert listed == ["flight_number: HAT101", "price: 41"] and len(FACTS_SEPARATOR.join(listed)) <= 40
     assert note.endswith("(+2 more)]")
     for off in (TruncateToolResults(max_identifier_chars=0), TruncateToolResults(fact_guard=False)):
         assert NOTE_IDENTIFIERS not in off.note(result)
@@ -203,7 +208,7 @@ def test_a_later_drop_extends_the_marker_with_the_union_its_own_first():
         stored: list[BaseMessage] = [SystemMessage("You are a travel agent.", id="s"), *booking(0)]
         seen = []
         for k in range(1, 9):
-            stored = compact([*stored, *booking(k)], drop_policy(450)).messages
+            stored = compact([*stored, *booking(k)], drop_policy(500)).messages
             seen.append([message_to_dict(m) for m in stored])
         return seen
 
@@ -318,10 +323,11 @@ def test_split_line_reads_every_form_of_a_line():
 
 # ------------------------------------------------------------------------------------------- a summary reads them
 def test_a_summary_that_replaces_notes_and_a_marker_carries_their_identifiers_attributed():
-    """The first compaction leaves a marker and a truncation note: its target (60% of the window) keeps the newest
-    old exchange as a note; the default one (50%) drops every old exchange behind the marker. The second one has
-    an explicit trigger (80% of its window): what the first left fits its budget, which the default waits for."""
-    ladder = CompactionPolicy(max_input_tokens=900, token_counter="approximate", target=("fraction", 0.6))
+    """The first compaction (1,000 tokens) leaves a marker and a truncation note: its target (60% of the window)
+    keeps the newest old exchange as a note; the default one (50%) drops every old exchange behind the marker. The
+    second one has an explicit trigger (80% of its window): what the first left fits its budget, which the default
+    waits for."""
+    ladder = CompactionPolicy(max_input_tokens=1000, token_counter="approximate", target=("fraction", 0.6))
     first = compact(bookings(6), ladder).messages
     assert any(is_dropped_marker(m) for m in first)
     assert any(isinstance(m, ToolMessage) and read_truncation_note(m.content) for m in first)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -71,6 +71,20 @@ TOOL_FACTS_PREFIX = "Facts kept verbatim from tools: "
 
 FACTS_SEPARATOR = "; "
 """Between two identifiers in the facts line (no default pattern matches a `"; "`)."""
+
+FACTS_KEY = ": "
+"""Between a key and its value in a list (`price: 136`: `Identifier.key`). No pattern's value holds it."""
+
+_KEY_NAME = re.compile(r"[^;:\n\"'<>]{1,60}")
+"""What a key may be when a list is read back: no separator, colon, quote or fence character."""
+
+_KEYS = re.compile(r"[\"']([^\"'\n:;<>]{1,60})[\"']\s{0,3}:(?!:)"
+                   r"|(?m:^[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$))")
+"""A key in a JSON or Python object (`"price":`, `'price':`) or a YAML mapping (`price:` at a line's start, after
+`- ` in a list): group 1 or 2. Bounded: linear in the text."""
+
+_YAML_START = re.compile(r"(?:\s{0,40}(?:- )?[A-Za-z_][\w.-]{0,60}:(?:[ \t][^\n]{0,2000})?\n){2}")
+"""Two lines that start with a YAML key: what makes a text `keyed` (one alone may be a log's `Error: ...`)."""
 
 FACTS_OMITTED = " (+{n} older omitted)"
 """Appended to the facts line when the bound left `n` identifiers out."""
@@ -123,7 +137,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?![\w.]|\.\d)",
     # a digest with its algorithm: sha256:9f86d0..., md5-0cc175...
     "digest": rf"(?i:\b(?:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[:-]){_HEX}{{16,128}}(?!\w)",
-    "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}(?:[T ]\d{{2}}:\d{{2}}(?::\d{{2}})?(?:Z|[+-]\d{{2}}:?\d{{2}})?)?\b"
+    "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}"
+             r"(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
              r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
              rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"
              rf"|\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTHS},? \d{{4}}\b"),
@@ -219,13 +234,16 @@ is read by several strategies and passes of one compaction."""
 
 @dataclass(frozen=True)
 class Identifier:
-    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, and
-    its `source`: the name of the tool whose result it came from when it comes from tool results only (see the
-    module docstring), else None."""
+    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, its
+    `source`: the name of the tool whose result it came from when it comes from tool results only (see the
+    module docstring), else None, and its `key`: the name of the field it is the value of, in a JSON, Python or
+    YAML result (`"price": 136` gives value "136", key "price"; `keyed`), else None. A list writes it
+    `key: value` (`FACTS_KEY`), and a reading of the list gives the key back."""
 
     value: str
     kind: str
     source: str | None = None
+    key: str | None = None
 
 
 @dataclass
@@ -245,6 +263,16 @@ class GuardResult:
     kept_by_summary: int = 0
     added: int = 0
     omitted: int = 0
+
+
+def keyed(text: str) -> bool:
+    """Whether `text` is a structured result whose identifiers are listed with their keys (`Identifier.key`): it
+    starts with `{` or `[` (JSON, a Python repr), or its first two lines start with a YAML key (`price: 136`,
+    `- id: 7`)."""
+    lead = text.lstrip()[:1]
+    if lead:
+        return lead in ("{", "[") or _YAML_START.match(text) is not None
+    return False
 
 
 def _trim(value: str) -> str:
@@ -304,12 +332,12 @@ def parse_facts(text: str) -> list[Identifier]:
     out: list[Identifier] = []
     for line in text.splitlines():
         if line.startswith(FACTS_PREFIX):
-            out.extend(Identifier(v, "carried") for v in _values(line[len(FACTS_PREFIX):]))
+            out.extend(_carried(v) for v in _values(line[len(FACTS_PREFIX):]))
         elif line.startswith(TOOL_FACTS_PREFIX):
             body = line[len(TOOL_FACTS_PREFIX):]
             for start, end in fenced_spans(body):
                 tool, inner = unfence(body[start:end])
-                out.extend(Identifier(v, "carried", tool or "tool") for v in _values(inner))
+                out.extend(_carried(v, tool or "tool") for v in _values(inner))
     return out
 
 
@@ -321,17 +349,32 @@ def parse_listed(body: str) -> list[Identifier]:
     out: list[Identifier] = []
     at = 0
     for start, end in [*fenced_spans(body), (len(body), len(body))]:
-        out.extend(Identifier(v.strip(), "carried") for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
+        out.extend(_carried(v.strip()) for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
         if start < end:
             tool, inner = unfence(body[start:end])
-            out.extend(Identifier(v, "carried", tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
+            out.extend(_carried(v, tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
         at = end
     return out
 
 
 def _values(body: str) -> list[str]:
-    body = re.sub(r" \(\+\d+ older omitted\)$", "", body.rstrip())
+    """The items of a list (`A; key: B; C`), a trailing " (+n older omitted)" or " (+n more)" left out."""
+    body = re.sub(r" \(\+(?:\d+ older omitted|(?:\d+ )?more)\)$", "", body.rstrip())
     return [v for v in body.split(FACTS_SEPARATOR) if v]
+
+
+def _carried(item: str, source: str | None = None) -> Identifier:
+    """The identifier an item of a list gives back (kind "carried"): `key: value` its value with its key (no
+    pattern's value holds ": "), else the item itself."""
+    key, sep, value = item.partition(FACTS_KEY)
+    if sep and value and _KEY_NAME.fullmatch(key):
+        return Identifier(value, "carried", source, key)
+    return Identifier(item, "carried", source)
+
+
+def _item(identifier: Identifier) -> str:
+    """How a list writes an identifier: `key: value` (`FACTS_KEY`) when it has a key, else its value."""
+    return f"{identifier.key}{FACTS_KEY}{identifier.value}" if identifier.key else identifier.value
 
 
 def is_facts_line(line: str) -> bool:
@@ -380,28 +423,36 @@ class FactGuard:
         O(m log m) in the matches."""
         return _distinct(i for _, i in self._found(text))
 
-    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int) -> tuple[list[str], int | None]:
+    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
+              keys: bool = False) -> tuple[list[str], int | None]:
         """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
         `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
         `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
-        that a bounded list costs what it lists, not the whole text. Returns (values, more): `more` is the count of
-        accepted identifiers left out when the whole text was read, None when the list filled up before its end
-        (how many more there are was not looked for)."""
+        that a bounded list costs what it lists, not the whole text. With `keys` (for a `keyed` text), each is
+        written `key: value` when it is the value of a field (`Identifier.key`; the key counts in the bound).
+        Returns (items, more): `more` is the count of accepted identifiers left out when the whole text was read,
+        None when the list filled up before its end (how many more there are was not looked for)."""
         shown: list[str] = []
         seen: set[str] = set()
         size, more, at = 0, 0, 0
+        last: str | None = None
         while at < len(text):
             end = _cut(text, at)
-            for ident in self.extract(text[at:end]):
+            chunk = text[at:end]
+            found = self._found(chunk)
+            if keys:
+                found, last = _with_keys(chunk, found, last)
+            for _, ident in found:
                 key = ident.value.casefold()
                 if key in seen or not keep(ident):
                     continue
                 seen.add(key)
-                size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
+                item = _item(ident)
+                size += len(item) + (len(FACTS_SEPARATOR) if shown else 0)
                 if more or size > max_chars:
                     more += 1
                 else:
-                    shown.append(ident.value)
+                    shown.append(item)
             at = end
             if more and at < len(text):
                 return shown, None
@@ -444,11 +495,15 @@ class FactGuard:
     def extract_result(self, message: BaseMessage) -> list[Identifier]:
         """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
         (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
-        kind "carried"), never the note's own words and size; of any other message, `extract(message_text(m))`."""
+        kind "carried", with their keys), never the note's own words and size; of a `keyed` tool result, each with
+        the key of its field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
         note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
         if note is None:
-            return self.extract(message_text(message))
-        listed = (Identifier(v, "carried") for v in _values(note.identifiers))
+            text = message_text(message)
+            if isinstance(message, ToolMessage) and keyed(text):
+                return _distinct(i for _, i in _with_keys(text, self._found(text))[0])
+            return self.extract(text)
+        listed = (_carried(v) for v in _values(note.identifiers))
         return _distinct([*self.extract(note.start), *listed])
 
     def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
@@ -475,7 +530,7 @@ class FactGuard:
                 trusted.append(outside_fences(body))
             elif isinstance(m, ToolMessage):
                 tool = tool_of(m, names)
-                found.extend(Identifier(i.value, i.kind, tool) for i in self.extract_result(m))
+                found.extend(replace(i, source=tool) for i in self.extract_result(m))
             elif isinstance(m, (HumanMessage, SystemMessage)):
                 trusted.append(message_text(m))
                 found.extend(self.extract(message_text(m)))
@@ -500,7 +555,7 @@ class FactGuard:
         out = []
         for start, ident in self._found(text):
             tool = next((fence_label(text[a:b]) or "tool" for a, b in spans if a <= start < b), None)
-            out.append(Identifier(ident.value, ident.kind, tool))
+            out.append(replace(ident, source=tool))
         return out
 
     # ------------------------------------------------------------------ the guard
@@ -513,7 +568,7 @@ class FactGuard:
         if not identifiers:
             return "", 0
         bound = self.max_tokens if max_tokens is None else max_tokens
-        shown = [Identifier(redact(i.value), i.kind, i.source) for i in identifiers] if redact else list(identifiers)
+        shown = [replace(i, value=redact(i.value)) for i in identifiers] if redact else list(identifiers)
         # the largest k such that the k most recent fit (monotone in k: binary search, O(log n) counts)
         lo, hi = 0, len(shown)
         while lo < hi:
@@ -528,11 +583,11 @@ class FactGuard:
 
     @staticmethod
     def _render(identifiers: Sequence[Identifier], omitted: int) -> str:
-        plain = [defang(i.value) for i in identifiers if i.source is None]
+        plain = [defang(_item(i)) for i in identifiers if i.source is None]
         tools: dict[str, list[str]] = {}
         for i in identifiers:
             if i.source is not None:
-                tools.setdefault(i.source, []).append(i.value)
+                tools.setdefault(i.source, []).append(_item(i))
         lines = []
         if plain:
             lines.append(FACTS_PREFIX + FACTS_SEPARATOR.join(plain))
@@ -598,7 +653,7 @@ def trust(identifiers: Sequence[Identifier], messages: Iterable[BaseMessage]) ->
     """`identifiers` with no `source` for those that `trusted_text(messages)` contains (the user said them
     somewhere in the history, e.g. in a request the summary does not replace)."""
     said = trusted_text(messages)
-    return [Identifier(i.value, i.kind) if i.source is not None and contains(said, i) else i for i in identifiers]
+    return [replace(i, source=None) if i.source is not None and contains(said, i) else i for i in identifiers]
 
 
 def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
@@ -616,8 +671,27 @@ def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
         source = tool.get(key)
         if source is not None and trusted and contains(trusted, i):
             source = None
-        out.append(i if i.source == source else Identifier(i.value, i.kind, source))
+        out.append(i if i.source == source else replace(i, source=source))
     return out
+
+
+def _with_keys(text: str, found: Sequence[tuple[int, Identifier]], last: str | None = None
+               ) -> tuple[list[tuple[int, Identifier]], str | None]:
+    """`found` (the matches of `text`, by start) each with its key (`Identifier.key`): the last key of `text`
+    (`_KEYS`) before it, `last` (the key before `text`, for a text read in chunks) when there is none; an
+    identifier that is itself a key (`{"HAT170": {...}}`) gets none. Returns them and the last key of `text` (or
+    `last`). One search of `text` for its keys, then a bisection per identifier."""
+    spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+    ends = [e for _, e, _ in spans]
+    out: list[tuple[int, Identifier]] = []
+    for start, ident in found:
+        k = bisect.bisect_right(ends, start)
+        if k < len(spans) and spans[k][0] <= start:
+            key = None  # inside the next key: the identifier is a key
+        else:
+            key = spans[k - 1][2] if k else last
+        out.append((start, replace(ident, key=key.strip()) if key and key.strip() else ident))
+    return out, (spans[-1][2] if spans else last)
 
 
 def _distinct(items: Iterable[Identifier]) -> list[Identifier]:
