@@ -118,7 +118,10 @@ def _pairs(data: Any, max_chars: int) -> str:
         item = f"{key}: {value}" if key else value
         cost = len(item) + (2 if out else 0)
         if size + cost > max_chars - len(more):
-            return "; ".join(out) + more if out else (item[:max_chars - len(more)] + more)[:max_chars]
+            room = max_chars - len(more) - size - (2 if out else 0)
+            if room >= 20 or not out:  # a long value is cut to the room left, not left out
+                out.append(item[:max(0, room)])
+            return ("; ".join(out) + more)[:max_chars]
         out.append(item)
         size += cost
     return "; ".join(out)

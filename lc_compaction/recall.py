@@ -38,7 +38,7 @@ an earlier one's span):
 - ``line``: `line 42` (a traceback's frame, a linter's message).
 - ``error_type``: a capitalized name ending in `Error`, `Exception` or `Warning` (`ValueError`), and the built-in
   exceptions without that ending (`KeyboardInterrupt`, `SystemExit`, `StopIteration`, `GeneratorExit`).
-- ``symbol``: the name after `def` or `class`.
+- ``symbol``: the name after `def` or `class` (then `(` or `:`: `class economy` is no definition).
 - ``dotted``: a dotted name, `pkg.mod.func`, `self.opts` (parts start with a letter or `_`, the first has two
   characters or more: `e.g` is not one).
 - ``hash``: 7 to 64 lower-case hexadecimal digits with at least one digit and one letter (a git sha).
@@ -101,7 +101,7 @@ CODE_PATTERNS: dict[str, re.Pattern[str]] = {
     "line": re.compile(r"(?<!\w)[Ll]ine \d{1,7}(?!\d)"),
     "error_type": re.compile(r"(?<![\w.])(?:[A-Z][A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|KeyboardInterrupt|"
                              r"SystemExit|StopIteration|GeneratorExit)(?!\w)"),
-    "symbol": re.compile(r"\b(?:def|class)\s{1,8}([A-Za-z_]\w{0,80})"),
+    "symbol": re.compile(r"\b(?:def|class)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])"),
     "dotted": re.compile(r"(?<![\w./-])[A-Za-z_]\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?!\w|\.[A-Za-z_])"),
     "hash": re.compile(r"(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f]{7,64}(?![\w-])"),
 }
