@@ -54,17 +54,21 @@ from langgraph.runtime import Runtime
 from lc_compaction import CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults
 from lc_compaction.billing import BillMeter, PromptCache, bill_ratio
 from lc_compaction.recall import IdentifierTracker
-from lc_compaction.replay import replay_conversation, replay_files
+from lc_compaction.replay import command_figures, replay_conversation, replay_files
 from lc_compaction.traces import Trace, load_traces
 
-__all__ = ["BILL_WINDOWS", "IDENTIFIER_WINDOWS", "NO_DEDUP", "OURS", "POLICY_ROWS", "PREVIOUS", "ROWS",
-           "STUB_SUMMARY_CHARS", "TARGET_60", "bill_benchmark", "identifier_benchmark", "limited"]
+__all__ = ["BILL_WINDOWS", "COMMAND_WINDOWS", "IDENTIFIER_WINDOWS", "NO_DEDUP", "OURS", "POLICY_ROWS", "PREVIOUS",
+           "ROWS", "STUB_SUMMARY_CHARS", "TARGET_60", "bill_benchmark", "command_benchmark", "identifier_benchmark",
+           "limited"]
 
 BILL_WINDOWS = (8_000, 16_000, 32_000, 64_000)
 """Windows (tokens) of the bill table."""
 
 IDENTIFIER_WINDOWS = (4_000, 8_000)
 """Windows (tokens) of the identifiers table (the tau-bench conversations)."""
+
+COMMAND_WINDOWS = (8_000, 32_000)
+"""Windows (tokens) of the next-command table (the coding conversations; issue 24's targets: 95% and 99%)."""
 
 STUB_SUMMARY_CHARS = 1_600
 """Length of the stub summary (characters, about 400 tokens)."""
@@ -96,6 +100,7 @@ class _Tally:
         self.tokens = self.tokens_uncompacted = 0
         self.fitting_conversations = self.fitting_raised = 0
         self.ids = self.ids_held = self.tool_ids = self.tool_ids_held = 0
+        self.command: list[dict[str, Any]] = []  # each call's next-command figures by kind (`recall.CommandHeld`)
 
     def conversation(self, calls: Sequence[dict[str, Any]], *, fits_uncompacted: bool) -> None:
         """Add one conversation's calls: dicts with "billed", "billed_uncompacted", "tokens", "tokens_uncompacted",
@@ -116,6 +121,8 @@ class _Tally:
             self.tokens_uncompacted += c["tokens_uncompacted"]
             for key in ("ids", "ids_held", "tool_ids", "tool_ids_held"):
                 setattr(self, key, getattr(self, key) + c.get(key, 0))
+            if "command" in c:
+                self.command.append(c["command"])
         self.billed += billed
         self.billed_uncompacted += billed_unc
         if fits_uncompacted:
@@ -136,7 +143,7 @@ class _Tally:
                 "identifiers_held_fraction": round(self.ids_held / self.ids, 4) if self.ids else None,
                 "tool_identifiers_so_far": self.tool_ids, "tool_identifiers_held": self.tool_ids_held,
                 "tool_identifiers_held_fraction": round(self.tool_ids_held / self.tool_ids, 4) if self.tool_ids
-                else None}
+                else None, **command_figures(self.command)}
 
 
 def _stub_summary(messages: Sequence[BaseMessage]) -> str:
@@ -215,15 +222,17 @@ def _anchor_calls(trace: Trace, anchor: _Anchor, counter: Any, cache: PromptCach
     for (sent, changed), i in zip(anchor.run(trace), _call_points(trace)):
         unc = trace.messages[:i]
         bill, bill_unc = meter.bill(sent), meter_unc.bill(unc)
-        row = {"billed": bill.billed, "billed_uncompacted": bill_unc.billed, "tokens": bill.input_tokens,
-               "tokens_uncompacted": bill_unc.input_tokens, "compacted": changed,
-               "prefix_broken": bool(calls) and bill.shared_messages < previous_len,
-               "over_window": bill.input_tokens > anchor.window}
+        row: dict[str, Any] = {"billed": bill.billed, "billed_uncompacted": bill_unc.billed,
+                               "tokens": bill.input_tokens, "tokens_uncompacted": bill_unc.input_tokens,
+                               "compacted": changed,
+                               "prefix_broken": bool(calls) and bill.shared_messages < previous_len,
+                               "over_window": bill.input_tokens > anchor.window}
         if tracker is not None:
             tracker.extend(trace.messages[added:i])
             added = i
             held = tracker.held(sent)
-            row.update(ids=held.so_far, ids_held=held.held, tool_ids=held.tool_so_far, tool_ids_held=held.tool_held)
+            row.update(ids=held.so_far, ids_held=held.held, tool_ids=held.tool_so_far, tool_ids_held=held.tool_held,
+                       command=tracker.command(trace.messages[i], sent).by_kind)
         previous_len = len(sent)
         calls.append(row)
     return calls
@@ -240,7 +249,8 @@ def _our_rows(paths: list[Path], policy: CompactionPolicy, cache: PromptCache) -
                   "prefix_broken": c.prefix_broken,
                   "over_window": c.tokens_sent > (policy.max_input_tokens or 0),
                   "ids": c.identifiers_so_far, "ids_held": c.identifiers_held,
-                  "tool_ids": c.tool_identifiers_so_far, "tool_ids_held": c.tool_identifiers_held}
+                  "tool_ids": c.tool_identifiers_so_far, "tool_ids_held": c.tool_identifiers_held,
+                  "command": c.command_identifiers_by_kind}
                  for c in conv.calls]
         fits = max((c.tokens_uncompacted for c in conv.calls), default=0) <= (budget or 0)
         tally.conversation(calls, fits_uncompacted=fits)
@@ -328,4 +338,31 @@ def identifier_benchmark(paths: list[Path], *, windows: Sequence[int] = IDENTIFI
                                                   "identifiers_held_fraction", "tool_identifiers_so_far",
                                                   "tool_identifiers_held", "tool_identifiers_held_fraction")}
         out["windows"][str(window)] = rows
+    return out
+
+
+def command_benchmark(paths: list[Path], *, windows: Sequence[int] = COMMAND_WINDOWS, model_name: str = "gpt-4o",
+                      prefix: str = "mini-swe-agent/") -> dict[str, Any]:
+    """The next-command table over the conversations whose id starts with `prefix` (the coding agents): at each
+    model call, the identifiers of the recorded command (paths, `file.py:N`, pytest ids, error types, def/class
+    names, dotted names, hashes: `recall.CODE_PATTERNS`) that appeared earlier, and how many the sent history
+    holds, with the default policy and with ClearToolUsesEdit: `{"conversations": n, "windows": {window: {row:
+    figures}}}` (`replay.command_figures`' keys, with "calls" and "compactions")."""
+    traces = [t for p in paths for t in load_traces(p) if t.id.startswith(prefix)]
+    out: dict[str, Any] = {"conversations": len(traces), "prefix": prefix, "windows": {}}
+    cache = PromptCache()
+    keys = ("calls", "compactions", *command_figures([]))
+    for window in windows:
+        policy = CompactionPolicy(max_input_tokens=window, model_name=model_name)
+        ours, clear = _Tally(), _Tally()
+        for trace in traces:
+            conv = replay_conversation(trace, policy, cache=cache)
+            ours.conversation([{"billed": 0.0, "billed_uncompacted": 0.0, "tokens": 0, "tokens_uncompacted": 0,
+                                "compacted": c.compacted, "prefix_broken": False, "over_window": False,
+                                "command": c.command_identifiers_by_kind} for c in conv.calls],
+                              fits_uncompacted=False)
+            clear.conversation(_anchor_calls(trace, _Anchor(CLEAR, window), policy.counter, cache, identifiers=True),
+                               fits_uncompacted=False)
+        out["windows"][str(window)] = {name: {k: t.figures()[k] for k in keys}
+                                       for name, t in ((OURS, ours), (CLEAR, clear))}
     return out

@@ -28,10 +28,12 @@ they survive checkpoints and serialization (plain JSON) without changing the pro
   `response_metadata["lc_compaction"] = {"kind": "dropped"}` (`make_dropped_marker`); an `AIMessage` without tool
   calls whose content is that line, alone or followed by a newline, is recognized too (a history that went
   through a format without metadata). Where it goes and when: `strategies/drop.py`.
-- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size (and how a
-  failed call failed: `, error (exit code 2)`), the start of
-  the original as a JSON string, then, after `NOTE_IDENTIFIERS`, the identifiers of the original that the start
-  does not hold, fenced and attributed to the tool. `read_truncation_note` reads it back.
+- A truncation note (`strategies/truncate.py`) is one line: `TRUNCATION_PREFIX`, the original size (characters,
+  and lines when more than one; and how a failed call failed: `, error (exit code 2)`), after `NOTE_PREVIEW` a
+  preview of the original as a JSON string (its head, its tail and its error lines, or a JSON result's
+  `key: value` pairs: `_preview.py`), then, after `NOTE_IDENTIFIERS`, the identifiers of the original that the
+  preview does not hold, fenced and attributed to the tool (`key: value` for a structured result).
+  `read_truncation_note` reads it back (and the earlier format, whose preview was the start alone).
 - Text that came from a tool result and is written into a summary (the fact guard's identifiers, the
   ledger's error results, what an LLM summary copied) sits inside `UNTRUSTED_DATA_FENCE`, after the name of
   its tool: `<untrusted_tool_data>read_inbox: ...</untrusted_tool_data>`. The summarizer's transcript wraps
@@ -53,6 +55,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from lc_compaction._content import FAILURE_RE, TEXT_BLOCKS, block_type
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
+from lc_compaction._preview import gapless
 
 RECALL_TOOL_NAME = "recall_tool_result"
 """Name of the recall tool (`lc_compaction.integrations.recall`), which notes name when offload is on; its own
@@ -73,13 +76,21 @@ PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task
                    "size and start]")
 """First line of the running request's progress note (`progress.py`); one line per folded tool call follows."""
 
-NOTE_IDENTIFIERS = "; identifiers beyond that start: "
-"""Put in a truncation note before the fenced identifiers of the original that its start does not hold."""
+NOTE_PREVIEW = "preview: "
+"""Put in a truncation note before its preview of the original (a JSON string: `_preview.preview`)."""
 
-_TRUNCATED_NOTE = re.compile(rf"had ([\d,]+) characters(?:, ({FAILURE_RE.pattern}))?; it started with: (?=\")")
-"""Where a truncation note's size, failure (a failed call's: `_content.tool_failure`) and start are: the start is
-the JSON string after it, which the identifiers (`NOTE_IDENTIFIERS`) and a recall hint (offload on:
-`offload.recall_hint`) may follow."""
+NOTE_IDENTIFIERS = "; identifiers beyond the preview: "
+"""Put in a truncation note before the fenced identifiers of the original that its preview does not hold."""
+
+_OLD_NOTE_IDENTIFIERS = "; identifiers beyond that start: "
+"""What `NOTE_IDENTIFIERS` was before previews kept more than a result's start (read back too)."""
+
+_TRUNCATED_NOTE = re.compile(rf"had ([\d,]+) characters(?: in [\d,]+ lines?)?(?:, ({FAILURE_RE.pattern}))?; "
+                             r"(?:it started with|preview): (?=\")")
+"""Where a truncation note's size, failure (a failed call's: `_content.tool_failure`) and preview are: the preview
+is the JSON string after it, which the identifiers (`NOTE_IDENTIFIERS`) and a recall hint (offload on:
+`offload.recall_hint`) may follow. A note of the earlier format (`it started with: "..."`, its start alone) is
+read too."""
 
 DROPPED_TEXT = "[lc-compaction: earlier messages of this conversation were left out here to fit the context window]"
 """The first line of the marker left where exchanges were dropped (what recognizes it). Fixed: the marker changes
@@ -234,10 +245,12 @@ def dropped_marker_facts(message: BaseMessage) -> str:
 
 @dataclass(frozen=True)
 class TruncationNote:
-    """A truncation note read back (`read_truncation_note`): the original's size in characters, the start of it
-    that the note shows, the identifiers part: the text inside the note's fence, without the tool's name
-    ("" when the note lists none), and the failure it says the call ended with ("error (exit code 2)"; "" for a
-    success)."""
+    """A truncation note read back (`read_truncation_note`): the original's size in characters, the preview of it
+    that the note shows (`start`: its first lines, and the last ones and those with an error when it had more; of
+    a JSON result its fields as `key: value`; each gap marker without its line count, `_preview.gapless`: a
+    count is no identifier), the identifiers part: the text inside the note's fence, without the tool's name
+    ("" when the note lists none; `key: value` items for a structured result), and the failure it says the call
+    ended with ("error (exit code 2)"; "" for a success)."""
 
     original_chars: int
     start: str
@@ -261,9 +274,11 @@ def read_truncation_note(text: str) -> TruncationNote | None:
         return None
     size = int(found.group(1).replace(",", ""))
     failure = found.group(2) or ""
-    if not text.startswith(NOTE_IDENTIFIERS, at):
+    start = gapless(start)
+    lead = next((x for x in (NOTE_IDENTIFIERS, _OLD_NOTE_IDENTIFIERS) if text.startswith(x, at)), None)
+    if lead is None:
         return TruncationNote(size, start, failure=failure)
-    rest = text[at + len(NOTE_IDENTIFIERS):]
+    rest = text[at + len(lead):]
     spans = fenced_spans(rest)
     if not spans or spans[0][0] != 0:
         return TruncationNote(size, start, failure=failure)

@@ -20,7 +20,7 @@ without compaction. And each call looks up the identifiers of the recording so f
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -31,7 +31,7 @@ from lc_compaction._drive import adrive, drive
 from lc_compaction.billing import BillMeter, PromptCache, bill_ratio
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.recall import IdentifierTracker
+from lc_compaction.recall import CODE_PATTERNS, IdentifierTracker
 from lc_compaction.structure import check_invariants, is_request
 from lc_compaction.traces import Trace, load_traces
 
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from tqdm.auto import tqdm
 
 __all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayError", "ReplayReport", "areplay_conversation",
-           "areplay_files", "percentile", "policy_dict", "replay_conversation", "replay_files", "summarize_calls"]
+           "areplay_files", "command_figures", "percentile", "policy_dict", "replay_conversation", "replay_files",
+           "summarize_calls"]
 
 CompactFn = Callable[[list[BaseMessage], CompactionPolicy], CompactionResult]
 ACompactFn = Callable[[list[BaseMessage], CompactionPolicy], Awaitable[CompactionResult]]
@@ -96,6 +97,13 @@ class CallRecord:
         identifiers_held: of them, those the sent history still holds.
         tool_identifiers_so_far / tool_identifiers_held: the same for identifiers found so far only in tool
             results.
+        command_identifiers_seen: identifiers of this call's command (the recorded message's tool-call
+            arguments: paths, `file.py:N`, pytest ids, error types, def/class names, dotted names, hashes) that
+            appeared earlier in the recording (`recall.IdentifierTracker.command`).
+        command_identifiers_held: of them, those the sent history holds.
+        tool_command_identifiers_seen / tool_command_identifiers_held: the same for those that appeared earlier
+            only in tool results.
+        command_identifiers_by_kind: `{kind: [seen, held, tool_seen, tool_held]}` (`recall.CODE_PATTERNS`).
     """
 
     index: int
@@ -129,6 +137,11 @@ class CallRecord:
     identifiers_held: int = 0
     tool_identifiers_so_far: int = 0
     tool_identifiers_held: int = 0
+    command_identifiers_seen: int = 0
+    command_identifiers_held: int = 0
+    tool_command_identifiers_seen: int = 0
+    tool_command_identifiers_held: int = 0
+    command_identifiers_by_kind: dict[str, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-serializable values (same names as the attributes)."""
@@ -147,7 +160,12 @@ class CallRecord:
                 "prefix_broken": self.prefix_broken, "after_compaction": self.after_compaction,
                 "identifiers_so_far": self.identifiers_so_far,
                 "identifiers_held": self.identifiers_held, "tool_identifiers_so_far": self.tool_identifiers_so_far,
-                "tool_identifiers_held": self.tool_identifiers_held}
+                "tool_identifiers_held": self.tool_identifiers_held,
+                "command_identifiers_seen": self.command_identifiers_seen,
+                "command_identifiers_held": self.command_identifiers_held,
+                "tool_command_identifiers_seen": self.tool_command_identifiers_seen,
+                "tool_command_identifiers_held": self.tool_command_identifiers_held,
+                "command_identifiers_by_kind": {k: list(v) for k, v in self.command_identifiers_by_kind.items()}}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -184,7 +202,11 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         invariant_violations (total count over all sent histories), first_request_missing_calls,
         compaction_ms_median, compaction_ms_p95, compaction_ms_max (None when there are no calls),
         identifiers_evicted / identifiers_kept (summed over calls; see `CallRecord`): the share a summary keeps
-        without the fact guard;
+        without the fact guard, identifiers_so_far / identifiers_held / tool_identifiers_so_far /
+        tool_identifiers_held (summed (call, identifier) pairs) and their fractions,
+        command_identifiers_seen / command_identifiers_held / tool_command_identifiers_seen /
+        tool_command_identifiers_held (the next command's, summed over calls) and their fractions (None without
+        any), command_identifiers_by_kind (`{kind: {"seen", "held", "held_fraction", "tool_seen", "tool_held"}}`);
         prefix_breaks (calls whose cached prefix broke: `CallRecord.prefix_broken`), calls_after_first_compaction
         (calls after their conversation's first compaction: `CallRecord.after_compaction`), what decides whether
         compaction lowers the bill (`bill_ratio` below 1) or raises it.
@@ -198,6 +220,7 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
     ids_held = sum(c.identifiers_held for c in calls)
     tool_ids = sum(c.tool_identifiers_so_far for c in calls)
     tool_held = sum(c.tool_identifiers_held for c in calls)
+    command = command_figures(c.command_identifiers_by_kind for c in calls)
     return {
         "conversations": conversations,
         "model_calls": len(calls),
@@ -230,10 +253,38 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "tool_identifiers_so_far": tool_ids,
         "tool_identifiers_held": tool_held,
         "tool_identifiers_held_fraction": round(tool_held / tool_ids, 4) if tool_ids else None,
+        **command,
         "compaction_ms_median": _round(percentile(ms, 50)),
         "compaction_ms_p95": _round(percentile(ms, 95)),
         "compaction_ms_max": _round(max(ms) if ms else None),
     }
+
+
+def _fraction(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def command_figures(by_kind: Iterable[Mapping[str, Sequence[int]]]) -> dict[str, Any]:
+    """The next-command figures over calls, from each call's `CallRecord.command_identifiers_by_kind`: the keys
+    `command_identifiers_seen`, `command_identifiers_held`, `command_identifiers_held_fraction`,
+    `tool_command_identifiers_seen`, `tool_command_identifiers_held`, `tool_command_identifiers_held_fraction`
+    (fractions None when nothing was seen) and `command_identifiers_by_kind` (`{kind: {"seen", "held",
+    "held_fraction", "tool_seen", "tool_held", "tool_held_fraction"}}`, kinds in `recall.CODE_PATTERNS` order)."""
+    totals: dict[str, list[int]] = {k: [0, 0, 0, 0] for k in CODE_PATTERNS}
+    for call in by_kind:
+        for k, v in call.items():
+            row = totals.setdefault(k, [0, 0, 0, 0])
+            for j in range(4):
+                row[j] += v[j]
+    seen, held, tool_seen, tool_held = (sum(v[j] for v in totals.values()) for j in range(4))
+    return {"command_identifiers_seen": seen, "command_identifiers_held": held,
+            "command_identifiers_held_fraction": _fraction(held, seen),
+            "tool_command_identifiers_seen": tool_seen, "tool_command_identifiers_held": tool_held,
+            "tool_command_identifiers_held_fraction": _fraction(tool_held, tool_seen),
+            "command_identifiers_by_kind": {
+                k: {"seen": v[0], "held": v[1], "held_fraction": _fraction(v[1], v[0]), "tool_seen": v[2],
+                    "tool_held": v[3], "tool_held_fraction": _fraction(v[3], v[2])}
+                for k, v in totals.items() if v[0]}}
 
 
 def _round(x: float | None) -> float | None:
@@ -312,6 +363,7 @@ class _Replayer:
         bill = self.meter.bill(sent, input_tokens=tokens_sent)
         bill_uncompacted = self.meter_uncompacted.bill(uncompacted, input_tokens=tokens_uncompacted)
         held = self.identifiers.held(sent)
+        command = self.identifiers.command(self.recording[i], sent)
         compacted = result.compacted and result.triggered
         previous = self.calls[-1] if self.calls else None
         record = CallRecord(
@@ -333,7 +385,10 @@ class _Replayer:
             prefix_broken=previous is not None and bill.shared_messages < previous.messages_sent,
             after_compaction=previous is not None and (previous.compacted or previous.after_compaction),
             identifiers_so_far=held.so_far, identifiers_held=held.held,
-            tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held)
+            tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held,
+            command_identifiers_seen=command.seen, command_identifiers_held=command.held,
+            tool_command_identifiers_seen=command.tool_seen, tool_command_identifiers_held=command.tool_held,
+            command_identifiers_by_kind={k: list(v) for k, v in command.by_kind.items()})
         self.calls.append(record)
         self.history = sent
         if self.on_call is not None:

@@ -114,7 +114,7 @@ def test_guard_appends_only_missing_identifiers_and_reports_counts():
     result = FactGuard().guard("The user sofia_kim_7287 wants to change OBUT9V.", ids, COUNT)
     assert result.kept_by_summary == 2 and result.added == 2 and result.omitted == 0
     last = result.text.splitlines()[-1]  # they come from a tool result only: fenced, attributed to it
-    assert last == TOOL_FACTS_PREFIX + fence("gift_card_7480005; 1130", "tool")
+    assert last == TOOL_FACTS_PREFIX + fence("gift_card_7480005; amount: 1130", "tool")  # a number with its key
     assert parse_facts_line(result.text) == ["gift_card_7480005", "1130"]
     assert result.text.startswith("The user sofia_kim_7287 wants to change OBUT9V.")
 

@@ -50,7 +50,15 @@ from lc_compaction.markers import (
 )
 from lc_compaction.progress import note_lines, split_line
 from lc_compaction.shorten import shorten
-from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, contains, parse_facts, parse_listed
+from lc_compaction.strategies.facts import (
+    FACTS_SEPARATOR,
+    SAID_PREFIX,
+    FactGuard,
+    contains,
+    is_facts_line,
+    parse_facts,
+    parse_listed,
+)
 from tests.builders import ai_call, tool_result
 from tests.oracle.generators import histories
 from tests.test_running_task import agent_loop, loop
@@ -97,16 +105,22 @@ def sent_text(messages: list[BaseMessage]) -> str:
 def test_a_note_lists_what_its_preview_lacks_fenced_and_attributed_to_the_tool():
     result = booking(1, named=False)[2]
     note = TruncateToolResults().note(result, tool="get_reservation")  # the call's name: the result has none
-    text = result.content
-    preview = " ".join(text[:200].split())
-    beyond = [i for i in GUARD.extract(text) if not contains(preview, i)]
+    data = json.loads(result.content)
+    preview = read_truncation_note(note).start  # a JSON result's preview: its fields as `key: value`
+    assert preview.startswith(f"reservation_id: {data['reservation_id']}; notes: the fare rules")
+    beyond = [i for i in GUARD.extract(result.content) if not contains(preview, i)]
     assert values(beyond) == ["HAT101", "41", "guest1@example.com", "gift_card_7001"]
     start, end = fenced_spans(note)[0]
     assert fence_label(note[start:end]) == "get_reservation"
     for i in beyond:
         assert held(note[start:end], i.value) and not held(outside_fences(note), i.value)
     assert note.count("RS001Q") == 1  # the preview holds it: not listed again
-    assert read_truncation_note(note).identifiers.split(FACTS_SEPARATOR) == values(beyond)
+    # a number listed with the key of its field (alone it says nothing), the others as they are
+    keys = {str(v): k for k, v in data.items()}
+    assert read_truncation_note(note).identifiers.split(FACTS_SEPARATOR) == [
+        f"{keys[v]}: {v}" if v.isdigit() else v for v in values(beyond)]
+    assert [(i.value, i.key) for i in GUARD.extract_result(result.model_copy(update={"content": note}))][-4:] == [
+        (v, keys[v] if v.isdigit() else None) for v in values(beyond)]
 
 
 def test_a_note_takes_its_tool_from_the_call_when_the_result_has_no_name():
@@ -123,7 +137,7 @@ def test_a_note_is_bounded_in_characters_and_says_how_many_it_left_out():
     result = booking(1)[2]
     note = TruncateToolResults(max_identifier_chars=20).note(result)
     listed = read_truncation_note(note).identifiers.split(FACTS_SEPARATOR)
-    assert listed == ["HAT101", "41"] and len(FACTS_SEPARATOR.join(listed)) <= 20
+    assert listed == ["HAT101", "price: 41"] and len(FACTS_SEPARATOR.join(listed)) <= 20
     assert note.endswith("(+2 more)]")
     for off in (TruncateToolResults(max_identifier_chars=0), TruncateToolResults(fact_guard=False)):
         assert NOTE_IDENTIFIERS not in off.note(result)
@@ -165,7 +179,7 @@ def test_the_marker_carries_what_it_stands_for_user_plain_tools_fenced():
     result = compact(history, drop_policy())
     (marker,) = [m for m in result.messages if is_dropped_marker(m)]
     assert marker.content.startswith(DROPPED_TEXT + "\n")
-    facts = {i.value: i.source for i in parse_facts(dropped_marker_facts(marker))}
+    facts = {i.value: i.source for i in GUARD.extract_messages([marker])}  # its lines, and its quotes of the user
     gone = [m for m in history if m.id in {r.id for r in result.removed}]
     assert gone
     for i in GUARD.extract_messages(gone):
@@ -186,7 +200,7 @@ def test_the_marker_carries_what_it_stands_for_user_plain_tools_fenced():
 def test_the_marker_is_bounded_and_keeps_the_most_recent():
     full = [m for m in compact(bookings(6), drop_policy()).messages if is_dropped_marker(m)][0]
     small = [m for m in compact(bookings(6), drop_policy(max_marker_chars=150)).messages if is_dropped_marker(m)][0]
-    lines = dropped_marker_facts(small)
+    lines = "\n".join(x for x in dropped_marker_facts(small).split("\n") if is_facts_line(x))  # the said line aside
     assert 0 < len(lines) <= 150 + len(" (+99 older omitted)") and "older omitted)" in lines
     kept, every = parse_facts(lines), parse_facts(dropped_marker_facts(full))
     assert kept and set(values(kept)) < set(values(every))
@@ -203,7 +217,7 @@ def test_a_later_drop_extends_the_marker_with_the_union_its_own_first():
         stored: list[BaseMessage] = [SystemMessage("You are a travel agent.", id="s"), *booking(0)]
         seen = []
         for k in range(1, 9):
-            stored = compact([*stored, *booking(k)], drop_policy(450)).messages
+            stored = compact([*stored, *booking(k)], drop_policy(500)).messages
             seen.append([message_to_dict(m) for m in stored])
         return seen
 
@@ -257,10 +271,10 @@ def test_where_no_marker_fits_the_next_marker_of_the_drop_carries_the_identifier
 def test_a_marker_cut_by_the_last_resort_is_still_one_and_gives_back_whole_lines():
     marker = [m for m in compact(bookings(6), drop_policy()).messages if is_dropped_marker(m)][0]
     lines = dropped_marker_facts(marker).split("\n")
-    assert len(lines) == 2
+    assert len(lines) == 2 and lines[0].startswith(SAID_PREFIX)  # the user's words (and ids), the tools' ids
     cut = shorten(marker, len(DROPPED_TEXT) + 1 + len(lines[0]) + 12)
     assert is_dropped_marker(cut) and dropped_marker_facts(cut) == lines[0]
-    assert values(GUARD.extract_messages([cut])) == values(parse_facts(lines[0]))
+    assert values(GUARD.extract_messages([cut])) == values(GUARD.extract(lines[0][len(SAID_PREFIX):]))
     assert is_dropped_marker(shorten(marker, 10)) and dropped_marker_facts(shorten(marker, 10)) == ""
 
 
@@ -318,10 +332,11 @@ def test_split_line_reads_every_form_of_a_line():
 
 # ------------------------------------------------------------------------------------------- a summary reads them
 def test_a_summary_that_replaces_notes_and_a_marker_carries_their_identifiers_attributed():
-    """The first compaction leaves a marker and a truncation note: its target (60% of the window) keeps the newest
-    old exchange as a note; the default one (50%) drops every old exchange behind the marker. The second one has
-    an explicit trigger (80% of its window): what the first left fits its budget, which the default waits for."""
-    ladder = CompactionPolicy(max_input_tokens=900, token_counter="approximate", target=("fraction", 0.6))
+    """The first compaction (1,000 tokens) leaves a marker and a truncation note: its target (60% of the window)
+    keeps the newest old exchange as a note; the default one (50%) drops every old exchange behind the marker. The
+    second one has an explicit trigger (80% of its window): what the first left fits its budget, which the default
+    waits for."""
+    ladder = CompactionPolicy(max_input_tokens=1000, token_counter="approximate", target=("fraction", 0.6))
     first = compact(bookings(6), ladder).messages
     assert any(is_dropped_marker(m) for m in first)
     assert any(isinstance(m, ToolMessage) and read_truncation_note(m.content) for m in first)

@@ -421,7 +421,8 @@ def test_the_relaxed_second_pass_calls_the_model_no_second_time():
     """When the soft pass's summary leaves the history within the budget but above the target, the relaxed second
     pass does not call the model again to summarize the summary it just wrote: one model call per compaction."""
     model = ScriptedModel(script=["The user checked reservations."] * 3)
-    result = compact(history(12), policy(fast(model=model), window=1000, keep=("turns", 2)))
+    strategy = fast(model=model, fact_guard=FactGuard(said_chars=0))  # the scenario's sizes: no quotes of the user
+    result = compact(history(12), policy(strategy, window=1000, keep=("turns", 2)))
     assert result.fits and result.tokens_after > result.target_tokens  # the scenario: fits, above the target
     assert len(model.inputs) == 1 and len(summaries(result.messages)) == 1
 
@@ -431,10 +432,11 @@ def test_user_patterns_reach_the_guard():
     msgs = history(12)
     assert msgs[5].id == "h1"
     msgs[5] = HumanMessage("Request 1: my loyalty tier is gold-star please.", id="h1")
-    result = compact(msgs, policy(fast(model=model, fact_guard=FactGuard({"tier": r"gold-star"}))))
+    result = compact(msgs, policy(fast(model=model, fact_guard=FactGuard({"tier": r"gold-star"}, said_chars=0))))
     assert "h1" in {m.id for m in result.removed}
     assert "gold-star" in parse_facts_line(the_summary(result))
-    plain = compact(msgs, policy(fast(model=ScriptedModel(script=["The user checked reservations."]))))
+    plain = compact(msgs, policy(fast(model=ScriptedModel(script=["The user checked reservations."]),
+                                      fact_guard=FactGuard(said_chars=0))))
     assert "gold-star" not in the_summary(plain)  # not an identifier without the user's pattern
 
 

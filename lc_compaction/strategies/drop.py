@@ -53,6 +53,7 @@ from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.strategies.facts import (
     FactGuard,
     Identifier,
+    contains,
     fact_guard_of,
     message_text,
     tool_names,
@@ -61,14 +62,14 @@ from lc_compaction.strategies.facts import (
 )
 from lc_compaction.structure import call_ids
 
-DEFAULT_MARKER_CHARS = 1_200
+DEFAULT_MARKER_CHARS = 2_000
 """Default bound of the identifiers a drop marker lists, in characters (`FactGuard.facts_line` with characters as
-its unit: the lines' prefixes and fences included). Measured on the 40 tau-bench airline conversations of the
-shared traces replayed with the default policy: the longest marker lines needed were 1,195 characters at a
-4,000-token window (median 551) and 951 at 8,000, so every one fits whole (the longest is 629 tokens with
-o200k_base: digits and dates take about two characters a token). A bound of 600 characters kept 91% of the
-(call, identifier) pairs of that replay at 4,000 tokens, 900 kept 97.7%, 1,200 99.7%. (The AgentDojo
-conversations, one request each, never drop.)"""
+its unit: the lines' prefixes and fences included; the said line, `FactGuard.said_line`, has its own bound).
+Measured on the 40 tau-bench airline conversations of the shared traces replayed with the default policy, numbers
+listed with their keys (`price: 136`): the longest marker lines needed were 1,740 characters at a 4,000-token and
+at an 8,000-token window (median 734 and 762), so every one fits whole. A bound of 1,200 characters kept 97.5%
+of the (call, identifier) pairs of that replay at 4,000 tokens, 1,600 kept 98.9%, 2,000 99.0% (as 2,400). (The
+AgentDojo conversations, one request each, never drop.)"""
 
 
 @dataclass
@@ -290,8 +291,11 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
                 texts.setdefault(tool_of(m, names), []).append(presence(message_text(m)))  # type: ignore[arg-type]
         identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
                        and not (i.source is not None and any(i in p for p in texts.get(i.source, ())))]
+    said = fact_guard.said_line(stands_for)  # a user's short turns word for word (a correction is words)
+    if said:  # what the quotes hold is not listed again
+        identifiers = [i for i in identifiers if i.source is not None or not contains(said, i)]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
-    return make_dropped_marker(message_id=message_id, facts=facts)
+    return make_dropped_marker(message_id=message_id, facts="\n".join(x for x in (said, facts) if x))
 
 
 def _identifiers_of(state: LadderState, guard: FactGuard, message: BaseMessage) -> list[Identifier]:

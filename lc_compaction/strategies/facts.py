@@ -35,9 +35,10 @@ Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not 
 from __future__ import annotations
 
 import bisect
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -72,6 +73,35 @@ TOOL_FACTS_PREFIX = "Facts kept verbatim from tools: "
 FACTS_SEPARATOR = "; "
 """Between two identifiers in the facts line (no default pattern matches a `"; "`)."""
 
+FACTS_KEY = ": "
+"""Between a key and its value in a list (`price: 136`: `Identifier.key`). No pattern's value holds it."""
+
+_KEY_NAME = re.compile(r"[^;:\n\"'<>]{1,60}")
+"""What a key may be when a list is read back: no separator, colon, quote or fence character."""
+
+_KEYS = re.compile(r"[\"']([^\"'\n:;<>]{1,60})[\"']\s{0,3}:(?!:)"
+                   r"|(?m:^[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$))")
+"""A key in a JSON or Python object (`"price":`, `'price':`) or a YAML mapping (`price:` at a line's start, after
+`- ` in a list): group 1 or 2. Bounded: linear in the text."""
+
+_YAML_START = re.compile(r"(?:\s{0,40}(?:- )?[A-Za-z_][\w.-]{0,60}:(?:[ \t][^\n]{0,2000})?\n){2}")
+"""Two lines that start with a YAML key: what makes a text `keyed` (one alone may be a log's `Error: ...`)."""
+
+SAID_PREFIX = "The user said, verbatim: "
+"""Start of the line that keeps a user's short turns word for word (`FactGuard.said_line`), each a JSON string: a
+correction ("use the streaming pipeline instead") is words, not identifiers, and a drop marker or a summary
+that kept only its reference code would lose what it asked."""
+
+SAID_TURN_CHARS = 300
+"""The longest user turn (characters, whitespace collapsed) a said line keeps: a correction or a short answer is
+kept whole; a longer turn is a request, whose identifiers the facts lines keep (the tau-bench conversations of
+the shared traces: 97% of the user turns after the first are under 300 characters)."""
+
+DEFAULT_SAID_CHARS = 600
+"""Default bound of a said line's quotes, in characters (the JSON strings and their separators): two turns of
+the longest kept, or a handful of short answers; the most recent are kept (a correction comes after what it
+corrects)."""
+
 FACTS_OMITTED = " (+{n} older omitted)"
 """Appended to the facts line when the bound left `n` identifiers out."""
 
@@ -89,37 +119,83 @@ _FILE_EXT = (r"(?:py|pyi|ipynb|js|jsx|ts|tsx|mjs|java|kt|go|rs|rb|php|c|cc|cpp|h
 
 _CUR = r"(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|INR)"
 _NUM = r"(?:\d{1,3}(?:,\d{3}){1,6}|\d{1,15})(?:\.\d{1,4})?"
+_NOT_IN_CODE = r"(?<![A-Za-z]-)"
+"""Before an amount or a date: not right after a letter and a hyphen, inside a code (`TL-056CAD`, `INV-2024EUR`,
+`build-2024-05-20`: the code is the identifier, not an amount or a date cut from it)."""
+_HEX = r"[0-9A-Fa-f]"
+_H16 = rf"{_HEX}{{1,4}}"
+_IPV6 = (rf"(?:{_H16}:){{7}}{_H16}"
+         rf"|(?:{_H16}:){{1,6}}(?::{_H16}){{1,6}}"
+         rf"|(?:{_H16}:){{1,7}}:"
+         rf"|::(?:{_H16}:){{0,6}}{_H16}")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_FILE = (rf"(?:(?:~|\.{{1,2}})?/)?(?:[\w.@+-]{{1,128}}/){{0,32}}[\w@+-][\w.@+-]{{0,127}}\.{_FILE_EXT}")
 
 DEFAULT_PATTERNS: dict[str, str] = {
     # a URL, up to whitespace or a closing quote/bracket; trailing punctuation is trimmed by `_trim`
     "url": r"\b(?:https?|ftp)://[^\s<>\"'`\]\[)(}{]{1,2000}",
     "email": r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b",
+    # a test's node id: tests/test_x.py::TestY::test_z[param]
+    "pytest_id": (r"(?<![\w/.@+~-])(?:(?:~|\.{1,2})?/)?(?:[\w.@+-]{1,128}/){0,32}[\w@+-][\w.@+-]{0,127}\.py"
+                  r"::\w{1,200}(?:::\w{1,200}){0,8}(?:\[[^\]\s]{0,200}\])?"),
+    # a file and its line (and column): src/mod.py:42, mod.py:42:7
+    "file_line": rf"(?<![\w/.@+~-]){_FILE}:\d{{1,7}}(?::\d{{1,5}})?(?![\d])",
     # C:\dir\file, /abs/path (2+ parts), ~/x, ./x, dir/sub/file.ext, or a bare file name with a known extension
     "path": (r"\b[A-Za-z]:\\(?:[\w.-]{1,128}\\){0,32}[\w.-]{1,128}"
              r"|(?<![\w/.@+~-])(?:~|\.{1,2})?/(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}"
              r"|(?<![\w/.@+~-])(?:~|\.{1,2})/[\w.@+-]{1,128}"
              r"|(?<![\w/.@+-])(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}\.\w{1,8}"
              rf"|(?<![\w/.-])[\w-]{{1,128}}(?:\.[\w-]{{1,64}}){{0,8}}\.{_FILE_EXT}(?![\w.])"),
-    "date": (r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    "uuid": rf"(?<![\w-]){_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])",
+    # an IPv6 address, in brackets with its port ([2001:db8::1]:8080) or bare (2001:db8::1, ::1, fe80::1)
+    "ipv6": rf"\[(?:{_IPV6})\](?::\d{{1,5}})?(?!\d)|(?<![\w:.])(?:{_IPV6})(?![\w:.]|\.\d)",
+    # an IPv4 address and its port: 10.0.0.12, 192.168.1.7:8080
+    "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?![\w.]|\.\d)",
+    # a digest with its algorithm: sha256:9f86d0..., md5-0cc175...
+    "digest": rf"(?i:\b(?:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[:-]){_HEX}{{16,128}}(?!\w)",
+    "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}"
+             r"(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
              r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
              rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"
              rf"|\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTHS},? \d{{4}}\b"),
-    "amount": (rf"(?:[$€£¥₹]|\b{_CUR}\s?){_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
-               rf"|(?<![\d,.]){_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b"),
+    # an amount never starts or ends inside a code (`TL-056CAD`, `INV-2024EUR`, `TL-CAD123` are codes)
+    "amount": (rf"[$€£¥₹]{_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
+               rf"|{_NOT_IN_CODE}\b{_CUR}\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
+               rf"|(?<![\w,.]){_NOT_IN_CODE}{_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w)"),
     # the value of a JSON field named *id / *_number / *code / *ref (`"reservation_id": "AQLBTL"`): group 1
     "keyed_id": r"\"\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference)\"\s{0,3}:\s{0,3}\"([^\"\s]{3,64})\"",
     # the number value of a JSON field naming money (`"price": 55`, `"amount": 12.5`): group 1; an amount of two
     # digits or more, or with decimals (3+ digit numbers are found anyway, a one-digit count is not an amount)
     "keyed_amount": (r"\"\w{0,40}(?:price|amount|balance|total|cost|fee|refund|fare|charge|paid)\w{0,20}\"\s{0,3}:"
                      r"\s{0,3}(\d{2,12}(?:\.\d{1,4})?|\d\.\d{1,4})(?![\d.])"),
+    # the same fields as a note's preview writes them (`reservation_id: AQLBTL; price: 65`: `_preview.py`), or YAML:
+    # the value, with a capital letter or a digit, after the key and ": ": group 1
+    "keyed_pair": (r"(?<![\w\"'])\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference|price|amount|balance|"
+                   r"total|cost|fee|refund|fare|charge|paid)\w{0,20}: ((?=[^\s;]{0,63}[A-Z0-9])[^\s;\"']{2,64}?)"
+                   r"(?=[;,]?(?:\s|$))"),
     # an id named in prose: `order #W2378156`, `ticket no. 4471`, `reservation ID "OBUT9V"`: group 1
     "named_id": (r"(?i:\b(?:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                  r"receipt|account)s?\b(?:\s{1,3}(?:id|number|no\.?|code|ref))?\s{0,3}(?:is|was|:)?\s{0,3}[\"'“]?)"
                  r"(#?(?=[\w-]{0,63}\d|[A-Z0-9-]{4,64}(?![\w-]))[A-Za-z0-9][\w-]{2,63})(?![\w-])"),
-    # codes: WH-220, ZFA23B, HAT084, #W2378156 (upper-case letters and digits, at least one of each, 4+ chars)
+    # a line of a file: `line 42` (a traceback's frame, a linter's message)
+    "line": r"\b[Ll]ine \d{1,7}(?![\d.]\d|\w)",
+    # an exception or warning type: ValueError, AssertionError, KeyboardInterrupt (not `Error` alone)
+    "error_type": (r"(?<![\w.])(?:[A-Z][A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|KeyboardInterrupt|SystemExit|"
+                   r"StopIteration|GeneratorExit)(?!\w)"),
+    # the name a Python `def` or `class` defines: group 1
+    "definition": r"\b(?:def|class)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])",
+    # a dotted name: pkg.mod.func, self.opts, np.where (the first part of two characters or more: not `e.g`)
+    "dotted": r"(?<![\w./@-])[A-Za-z_]\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?![\w-]|\.[A-Za-z_])",
+    # long hexadecimal: a git sha (b0ff879), a hash; 7 to 64 digits, at least one 0-9 and one a-f
+    "hex": r"(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f]{7,64}(?![\w-])|\b0x[0-9A-Fa-f]{4,32}\b",
+    # codes: WH-220, ZFA23B, HAT084, #W2378156 (upper-case letters and digits, at least one of each, 4+ chars);
+    # a hyphenated code of letters only (6+ characters) when a part of two letters or more has no vowel, or a part
+    # of four or more is hexadecimal (RQ-FACADE, TL-BAAFFC; not NON-REFUNDABLE)
     "code": (r"#[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
              r"|(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9]{1,20}(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
-             r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"),
+             r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"
+             r"|(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
+             r"[A-Z]{1,20}(?:-[A-Z]{1,20}){1,5}(?![\w-])"),
     # slugs with a digit: sofia_kim_7287, gift_card_7480005, build-1142
     "slug": r"(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}(?![\w-])",
     # numbers of 3+ digits: 4421486, 1,234, 255.0 (not part of a word, not the decimals of another number)
@@ -131,7 +207,10 @@ of the characters it consumes, so extraction stays linear in the text's length (
 a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
 codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
 `gift_card_7480005`, `"reservation_id": "AQLBTL"`, the two-digit `"price": 65` of a flight) and the cases
-(`WH-220`, `ZFA23B`)."""
+(`WH-220`, `ZFA23B`); issue 20 (class 8: UUIDs, IPv4 and IPv6 addresses with their port, `sha256:` digests and
+long hexadecimal, codes whose tail has no digit, codes that end in a currency code) and issue 24 (what a coding
+agent needs: `file.py:N`, `line N`, pytest ids, error types, def/class names, dotted names, git shas; the shapes
+from the SWE-agent conversations of the shared traces)."""
 
 _TRAILING = ".,;:!?)]}'\"»”’"
 
@@ -145,12 +224,26 @@ _NEEDS: dict[str, re.Pattern[str]] = {
     "keyed_amount": re.compile(r'"'),
     "named_id": re.compile(r"(?i:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                            r"receipt|account)"),
+    "keyed_pair": re.compile(r"\w: "),
+    "pytest_id": re.compile(r"\.py::"),
+    "file_line": re.compile(r"\.\w{1,8}:\d"),
+    "uuid": re.compile(r"-" + _HEX + r"{4}-"),
+    "ipv6": re.compile(r"::|" + _HEX + r":" + _HEX),
+    "ipv4": re.compile(r"\d\.\d{1,3}\.\d"),
+    "digest": re.compile(r"(?i:sha|md5|blake)"),
+    "line": re.compile(r"[Ll]ine \d"),
+    "error_type": re.compile(r"Error|Exception|Warning|KeyboardInterrupt|SystemExit|StopIteration|GeneratorExit"),
+    "definition": re.compile(r"\b(?:def|class)\s"),
+    "dotted": re.compile(r"\w\.[A-Za-z_]"),
 }
 """For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
 without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
 follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, a path a slash, a backslash or a
 known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
-quote, a named id its noun. Used only while the pattern is the built-in one."""
+quote, a keyed pair a word character, a colon and a space, a named id its noun, a pytest id `.py::`, a file's
+line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address
+`d.ddd.d`, a digest its algorithm's name, a line `line N`, an error type its ending, a definition `def` or
+`class`, a dotted name a word character, a dot and a letter. Used only while the pattern is the built-in one."""
 
 EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
@@ -163,13 +256,16 @@ is read by several strategies and passes of one compaction."""
 
 @dataclass(frozen=True)
 class Identifier:
-    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, and
-    its `source`: the name of the tool whose result it came from when it comes from tool results only (see the
-    module docstring), else None."""
+    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, its
+    `source`: the name of the tool whose result it came from when it comes from tool results only (see the
+    module docstring), else None, and its `key`: the name of the field it is the value of, in a JSON, Python or
+    YAML result (`"price": 136` gives value "136", key "price"; `keyed`), else None. A list writes it
+    `key: value` (`FACTS_KEY`), and a reading of the list gives the key back."""
 
     value: str
     kind: str
     source: str | None = None
+    key: str | None = None
 
 
 @dataclass
@@ -180,7 +276,7 @@ class GuardResult:
         text: the summary text with the facts line appended (unchanged when nothing was missing).
         identifiers: every identifier guarded (distinct values), oldest first.
         kept_by_summary: how many of them the summary contained on its own.
-        added: how many the facts line added.
+        added: how many the guard's lines added (the said line's quotes, then the facts line).
         omitted: how many were missing but did not fit the bound (the oldest ones).
     """
 
@@ -189,6 +285,16 @@ class GuardResult:
     kept_by_summary: int = 0
     added: int = 0
     omitted: int = 0
+
+
+def keyed(text: str) -> bool:
+    """Whether `text` is a structured result whose identifiers are listed with their keys (`Identifier.key`): it
+    starts with `{` or `[` (JSON, a Python repr), or its first two lines start with a YAML key (`price: 136`,
+    `- id: 7`)."""
+    lead = text.lstrip()[:1]
+    if lead:
+        return lead in ("{", "[") or _YAML_START.match(text) is not None
+    return False
 
 
 def _trim(value: str) -> str:
@@ -248,12 +354,12 @@ def parse_facts(text: str) -> list[Identifier]:
     out: list[Identifier] = []
     for line in text.splitlines():
         if line.startswith(FACTS_PREFIX):
-            out.extend(Identifier(v, "carried") for v in _values(line[len(FACTS_PREFIX):]))
+            out.extend(_carried(v) for v in _values(line[len(FACTS_PREFIX):]))
         elif line.startswith(TOOL_FACTS_PREFIX):
             body = line[len(TOOL_FACTS_PREFIX):]
             for start, end in fenced_spans(body):
                 tool, inner = unfence(body[start:end])
-                out.extend(Identifier(v, "carried", tool or "tool") for v in _values(inner))
+                out.extend(_carried(v, tool or "tool") for v in _values(inner))
     return out
 
 
@@ -265,17 +371,77 @@ def parse_listed(body: str) -> list[Identifier]:
     out: list[Identifier] = []
     at = 0
     for start, end in [*fenced_spans(body), (len(body), len(body))]:
-        out.extend(Identifier(v.strip(), "carried") for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
+        out.extend(_carried(v.strip()) for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
         if start < end:
             tool, inner = unfence(body[start:end])
-            out.extend(Identifier(v, "carried", tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
+            out.extend(_carried(v, tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
         at = end
     return out
 
 
 def _values(body: str) -> list[str]:
-    body = re.sub(r" \(\+\d+ older omitted\)$", "", body.rstrip())
+    """The items of a list (`A; key: B; C`), a trailing " (+n older omitted)" or " (+n more)" left out."""
+    body = re.sub(r" \(\+(?:\d+ older omitted|(?:\d+ )?more)\)$", "", body.rstrip())
     return [v for v in body.split(FACTS_SEPARATOR) if v]
+
+
+def _carried(item: str, source: str | None = None) -> Identifier:
+    """The identifier an item of a list gives back (kind "carried"): `key: value` its value with its key (no
+    pattern's value holds ": "), else the item itself."""
+    key, sep, value = item.partition(FACTS_KEY)
+    if sep and value and _KEY_NAME.fullmatch(key):
+        return Identifier(value, "carried", source, key)
+    return Identifier(item, "carried", source)
+
+
+_BARE_NUMBER = re.compile(r"[\d.,]{1,40}")
+
+
+def _item(identifier: Identifier) -> str:
+    """How a list writes an identifier: `key: value` (`FACTS_KEY`) when it has a key and is a bare number (a
+    number alone says nothing: `price: 136; seats: 109`, not `136; 109`), else its value (`HAT170`, an e-mail, a
+    date say what they are; their keys would take the room of other identifiers: on the tau-bench conversations
+    replayed at 4,000 tokens, keys on every value let the bounded lists hold 95.1% of the (call, identifier)
+    pairs instead of 99.2%)."""
+    if identifier.key and _BARE_NUMBER.fullmatch(identifier.value):
+        return f"{identifier.key}{FACTS_KEY}{identifier.value}"
+    return identifier.value
+
+
+def parse_said(text: str) -> list[str]:
+    """The user turns kept by the said lines of `text` (`SAID_PREFIX`), in order."""
+    out: list[str] = []
+    decoder = json.JSONDecoder()
+    for line in text.splitlines():
+        if not line.startswith(SAID_PREFIX):
+            continue
+        at = len(SAID_PREFIX)
+        while at < len(line) and line[at] == '"':
+            try:
+                turn, at = decoder.raw_decode(line, at)
+            except ValueError:
+                break
+            if isinstance(turn, str):
+                out.append(turn)
+            at += len(FACTS_SEPARATOR) if line.startswith(FACTS_SEPARATOR, at) else 0
+    return out
+
+
+def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
+    """The short user turns of `messages`, oldest first: the text of each user message (not a summary) of at most
+    `SAID_TURN_CHARS` characters once its whitespace is collapsed, and the turns that the said lines of a drop
+    marker or a summary among them keep (`parse_said`)."""
+    out: list[str] = []
+    for m in messages:
+        if is_summary(m):
+            out.extend(parse_said(summary_text(m)))
+        elif is_dropped_marker(m):
+            out.extend(parse_said(dropped_marker_facts(m)))
+        elif isinstance(m, HumanMessage):
+            text = " ".join(content_text(m.content).split())
+            if text and len(text) <= SAID_TURN_CHARS:
+                out.append(text)
+    return out
 
 
 def is_facts_line(line: str) -> bool:
@@ -293,16 +459,22 @@ class FactGuard:
         patterns: replace the built-in patterns entirely (default `DEFAULT_PATTERNS`).
         max_tokens: bound of the facts line in tokens (default `DEFAULT_MAX_FACT_TOKENS`); the most recent
             identifiers are kept when they do not all fit.
+        said_chars: bound of the said line (`said_line`: a user's short turns kept word for word in a drop
+            marker or a summary), in characters (default `DEFAULT_SAID_CHARS`; 0: no said line).
 
     Raises:
-        ValueError: a pattern does not compile (naming its kind), or `max_tokens` < 1.
+        ValueError: a pattern does not compile (naming its kind), `max_tokens` < 1 or `said_chars` < 0.
     """
 
     def __init__(self, extra_patterns: Mapping[str, str] | Sequence[str] | None = None, *,
-                 patterns: Mapping[str, str] | None = None, max_tokens: int = DEFAULT_MAX_FACT_TOKENS):
+                 patterns: Mapping[str, str] | None = None, max_tokens: int = DEFAULT_MAX_FACT_TOKENS,
+                 said_chars: int = DEFAULT_SAID_CHARS):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens: the facts line bound must be a positive int (tokens), got {max_tokens!r}")
+        if isinstance(said_chars, bool) or not isinstance(said_chars, int) or said_chars < 0:
+            raise ValueError(f"said_chars: the said line bound must be an int >= 0 (characters), got {said_chars!r}")
         self.max_tokens = max_tokens
+        self.said_chars = said_chars
         base = dict(DEFAULT_PATTERNS if patterns is None else patterns)
         if extra_patterns is not None and not isinstance(extra_patterns, Mapping):
             if isinstance(extra_patterns, str):
@@ -324,28 +496,36 @@ class FactGuard:
         O(m log m) in the matches."""
         return _distinct(i for _, i in self._found(text))
 
-    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int) -> tuple[list[str], int | None]:
+    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
+              keys: bool = False) -> tuple[list[str], int | None]:
         """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
         `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
         `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
-        that a bounded list costs what it lists, not the whole text. Returns (values, more): `more` is the count of
-        accepted identifiers left out when the whole text was read, None when the list filled up before its end
-        (how many more there are was not looked for)."""
+        that a bounded list costs what it lists, not the whole text. With `keys` (for a `keyed` text), each is
+        written `key: value` when it is the value of a field (`Identifier.key`; the key counts in the bound).
+        Returns (items, more): `more` is the count of accepted identifiers left out when the whole text was read,
+        None when the list filled up before its end (how many more there are was not looked for)."""
         shown: list[str] = []
         seen: set[str] = set()
         size, more, at = 0, 0, 0
+        last: str | None = None
         while at < len(text):
             end = _cut(text, at)
-            for ident in self.extract(text[at:end]):
+            chunk = text[at:end]
+            found = self._found(chunk)
+            if keys:
+                found, last = _with_keys(chunk, found, last)
+            for _, ident in found:
                 key = ident.value.casefold()
                 if key in seen or not keep(ident):
                     continue
                 seen.add(key)
-                size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
+                item = _item(ident)
+                size += len(item) + (len(FACTS_SEPARATOR) if shown else 0)
                 if more or size > max_chars:
                     more += 1
                 else:
-                    shown.append(ident.value)
+                    shown.append(item)
             at = end
             if more and at < len(text):
                 return shown, None
@@ -388,11 +568,15 @@ class FactGuard:
     def extract_result(self, message: BaseMessage) -> list[Identifier]:
         """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
         (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
-        kind "carried"), never the note's own words and size; of any other message, `extract(message_text(m))`."""
+        kind "carried", with their keys), never the note's own words and size; of a `keyed` tool result, each with
+        the key of its field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
         note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
         if note is None:
-            return self.extract(message_text(message))
-        listed = (Identifier(v, "carried") for v in _values(note.identifiers))
+            text = message_text(message)
+            if isinstance(message, ToolMessage) and keyed(text):
+                return _distinct(i for _, i in _with_keys(text, self._found(text))[0])
+            return self.extract(text)
+        listed = (_carried(v) for v in _values(note.identifiers))
         return _distinct([*self.extract(note.start), *listed])
 
     def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
@@ -419,12 +603,16 @@ class FactGuard:
                 trusted.append(outside_fences(body))
             elif isinstance(m, ToolMessage):
                 tool = tool_of(m, names)
-                found.extend(Identifier(i.value, i.kind, tool) for i in self.extract_result(m))
+                found.extend(replace(i, source=tool) for i in self.extract_result(m))
             elif isinstance(m, (HumanMessage, SystemMessage)):
                 trusted.append(message_text(m))
                 found.extend(self.extract(message_text(m)))
             elif is_dropped_marker(m):  # the agent's voice: its plain identifiers are not the user's
-                found.extend(parse_facts(dropped_marker_facts(m)))
+                facts = dropped_marker_facts(m)
+                said = "\n".join(parse_said(facts))  # but its quotes of the user are (`said_line`)
+                trusted.append(said)
+                found.extend(self.extract(said))
+                found.extend(parse_facts(facts))
             elif isinstance(m, AIMessage) and note_lines(m):  # a progress note, then the message's own text
                 for line in note_lines(m):
                     call, listed = split_line(line)
@@ -444,7 +632,7 @@ class FactGuard:
         out = []
         for start, ident in self._found(text):
             tool = next((fence_label(text[a:b]) or "tool" for a, b in spans if a <= start < b), None)
-            out.append(Identifier(ident.value, ident.kind, tool))
+            out.append(replace(ident, source=tool))
         return out
 
     # ------------------------------------------------------------------ the guard
@@ -457,7 +645,7 @@ class FactGuard:
         if not identifiers:
             return "", 0
         bound = self.max_tokens if max_tokens is None else max_tokens
-        shown = [Identifier(redact(i.value), i.kind, i.source) for i in identifiers] if redact else list(identifiers)
+        shown = [replace(i, value=redact(i.value)) for i in identifiers] if redact else list(identifiers)
         # the largest k such that the k most recent fit (monotone in k: binary search, O(log n) counts)
         lo, hi = 0, len(shown)
         while lo < hi:
@@ -472,11 +660,11 @@ class FactGuard:
 
     @staticmethod
     def _render(identifiers: Sequence[Identifier], omitted: int) -> str:
-        plain = [defang(i.value) for i in identifiers if i.source is None]
+        plain = [defang(_item(i)) for i in identifiers if i.source is None]
         tools: dict[str, list[str]] = {}
         for i in identifiers:
             if i.source is not None:
-                tools.setdefault(i.source, []).append(i.value)
+                tools.setdefault(i.source, []).append(_item(i))
         lines = []
         if plain:
             lines.append(FACTS_PREFIX + FACTS_SEPARATOR.join(plain))
@@ -484,17 +672,46 @@ class FactGuard:
             lines.append(TOOL_FACTS_PREFIX + " ".join(fence(FACTS_SEPARATOR.join(v), t) for t, v in tools.items()))
         return "\n".join(lines) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
 
+    def said_line(self, messages: Iterable[BaseMessage], max_chars: int | None = None, *, besides: str = "") -> str:
+        """The line that keeps the short user turns of `messages` word for word (`said_turns`): `SAID_PREFIX`, then
+        each turn as a JSON string (its fence strings neutralized, `markers.defang`), `FACTS_SEPARATOR` between
+        them, oldest first; the most recent that fit in `max_chars` characters (default `self.said_chars`), then
+        " (+n older omitted)" when some did not. A turn that `besides` (the text the line goes with) holds word
+        for word, and a repeated one, is not quoted again. "" when there is none (or the bound is 0)."""
+        bound = self.said_chars if max_chars is None else max_chars
+        if not bound:
+            return ""
+        near = " ".join(besides.split())
+        turns = list(dict.fromkeys(t for t in said_turns(messages) if t not in near))
+        kept: list[str] = []
+        size = 0
+        for turn in reversed(turns):
+            quoted = json.dumps(defang(turn), ensure_ascii=False)
+            size += len(quoted) + (len(FACTS_SEPARATOR) if kept else 0)
+            if size > bound:
+                break
+            kept.append(quoted)
+        if not kept:
+            return ""
+        omitted = len(turns) - len(kept)
+        return SAID_PREFIX + FACTS_SEPARATOR.join(reversed(kept)) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
+
     def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
-              max_tokens: int | None = None, redact: Callable[[str], str] | None = None) -> GuardResult:
-        """Append to `summary` the identifiers it does not contain (see `facts_line`; `redact` applies to their
-        values). Any facts line already in `summary` is replaced by the new ones."""
-        body = "\n".join(line for line in summary.splitlines() if not is_facts_line(line)).rstrip()
+              max_tokens: int | None = None, redact: Callable[[str], str] | None = None,
+              said_from: Sequence[BaseMessage] = ()) -> GuardResult:
+        """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
+        word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
+        to their values). Any said or facts line already in `summary` is replaced by the new ones."""
+        own = "\n".join(line for line in summary.splitlines()
+                        if not is_facts_line(line) and not line.startswith(SAID_PREFIX)).rstrip()
+        said = self.said_line(said_from, besides=own) if said_from else ""
+        body = (f"{own}\n\n{said}" if own else said) if said else own
+        kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds
         missing = [i for i in identifiers if not contains(body, i)]
-        kept = len(identifiers) - len(missing)
         line, omitted = self.facts_line(missing, count_text, max_tokens, redact)
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
-                           added=len(missing) - omitted, omitted=omitted)
+                           added=len(identifiers) - kept - omitted, omitted=omitted)
 
 
 def fact_guard_of(setting: Any) -> FactGuard | None:
@@ -542,7 +759,7 @@ def trust(identifiers: Sequence[Identifier], messages: Iterable[BaseMessage]) ->
     """`identifiers` with no `source` for those that `trusted_text(messages)` contains (the user said them
     somewhere in the history, e.g. in a request the summary does not replace)."""
     said = trusted_text(messages)
-    return [Identifier(i.value, i.kind) if i.source is not None and contains(said, i) else i for i in identifiers]
+    return [replace(i, source=None) if i.source is not None and contains(said, i) else i for i in identifiers]
 
 
 def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
@@ -560,8 +777,27 @@ def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
         source = tool.get(key)
         if source is not None and trusted and contains(trusted, i):
             source = None
-        out.append(i if i.source == source else Identifier(i.value, i.kind, source))
+        out.append(i if i.source == source else replace(i, source=source))
     return out
+
+
+def _with_keys(text: str, found: Sequence[tuple[int, Identifier]], last: str | None = None
+               ) -> tuple[list[tuple[int, Identifier]], str | None]:
+    """`found` (the matches of `text`, by start) each with its key (`Identifier.key`): the last key of `text`
+    (`_KEYS`) before it, `last` (the key before `text`, for a text read in chunks) when there is none; an
+    identifier that is itself a key (`{"HAT170": {...}}`) gets none. Returns them and the last key of `text` (or
+    `last`). One search of `text` for its keys, then a bisection per identifier."""
+    spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+    ends = [e for _, e, _ in spans]
+    out: list[tuple[int, Identifier]] = []
+    for start, ident in found:
+        k = bisect.bisect_right(ends, start)
+        if k < len(spans) and spans[k][0] <= start:
+            key = None  # inside the next key: the identifier is a key
+        else:
+            key = spans[k - 1][2] if k else last
+        out.append((start, replace(ident, key=key.strip()) if key and key.strip() else ident))
+    return out, (spans[-1][2] if spans else last)
 
 
 def _distinct(items: Iterable[Identifier]) -> list[Identifier]:

@@ -486,7 +486,8 @@ class Summarize:
         facts_need = 0
         if facts_cap is not None:
             line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap)
-            facts_need = counter.count_text(line)
+            said = guard.said_line(slots[i].message for i in replaced)  # the user's short turns, word for word
+            facts_need = counter.count_text(line) + (counter.count_text(said) if said else 0)
         reply_cap = self.max_summary_tokens
         if state.goal_tokens is not None and counter is state.counter:
             replaced_tokens = sum(slots[i].tokens for i in replaced)
@@ -515,7 +516,8 @@ class Summarize:
         else:
             text = provenance.guard(text)
         if plan.facts_cap is not None:
-            result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact)
+            result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact,
+                                       said_from=replaced)
             text, kept, added, omitted = result.text, result.kept_by_summary, result.added, result.omitted
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))

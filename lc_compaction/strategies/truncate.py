@@ -30,10 +30,12 @@ from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text, tool_failure
 from lc_compaction._kinds import TOOL, kind
+from lc_compaction._preview import gapless, line_count, preview
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import (
     MARK_KEY,
     NOTE_IDENTIFIERS,
+    NOTE_PREVIEW,
     TRUNCATION_PREFIX,
     before_cut,
     fence,
@@ -41,7 +43,15 @@ from lc_compaction.markers import (
     is_truncated,
 )
 from lc_compaction.offload import recall_hint
-from lc_compaction.strategies.facts import FACTS_SEPARATOR, FactGuard, Presence, fact_guard_of, tool_names, tool_of
+from lc_compaction.strategies.facts import (
+    FACTS_SEPARATOR,
+    FactGuard,
+    Presence,
+    fact_guard_of,
+    keyed,
+    tool_names,
+    tool_of,
+)
 
 DEFAULT_NOTE_IDENTIFIER_CHARS = 300
 """Default bound of the identifiers a truncation note lists, in characters (the values and their `"; "`
@@ -101,15 +111,16 @@ class TruncateToolResults(SyncStrategy):
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
-        preview = " ".join(text[: self.preview_chars].split())
-        more = "..." if len(text) > self.preview_chars else ""
+        shown = preview(text, self.preview_chars)
         source = f" from {tool}" if tool else ""
+        lines = line_count(text)
+        shape = f" in {lines:,} lines" if lines > 1 else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
-        failure = tool_failure(message, text)  # a failed call's note says so (its start may not show it)
-        return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters"
+        failure = tool_failure(message, text)  # a failed call's note says so (its preview may not show it)
+        return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
-                f"it started with: {json.dumps(preview + more, ensure_ascii=False)}"
-                f"{self._identifiers(text, preview, tool) if recall is None else ''}{hint}]")
+                f"{NOTE_PREVIEW}{json.dumps(shown, ensure_ascii=False)}"
+                f"{self._identifiers(text, gapless(shown), tool) if recall is None else ''}{hint}]")
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
@@ -119,7 +130,9 @@ class TruncateToolResults(SyncStrategy):
         if self._guard is None or not self.max_identifier_chars:
             return ""
         in_preview = Presence(preview)
-        shown, left = self._guard.first(before_cut(text), lambda i: i not in in_preview, self.max_identifier_chars)
+        original = before_cut(text)
+        shown, left = self._guard.first(original, lambda i: i not in in_preview, self.max_identifier_chars,
+                                        keys=keyed(original))
         if not shown:
             return ""
         more = "" if left == 0 else " (+more)" if left is None else f" (+{left} more)"
