@@ -223,6 +223,10 @@ class _Compaction:
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
+        self.broken = (repair is not None or policy.repair is not None) and bool(
+            check_invariants(self.original, self.tallied))
+        """With a repair decision (True: repair, False: raise), the messages new since the tally (all of them
+        without one) break a rule: the input is checked and repaired (or raises) under the trigger too, O(new)."""
 
     def unchanged(self, reason: str) -> CompactionResult:
         new = self.original[self.tallied:]
@@ -465,7 +469,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
     if not (compaction.triggered or compaction.arrivals):
         return compaction.arrival_edits_only()
@@ -484,7 +488,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
                    offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
     if not (compaction.triggered or compaction.arrivals):
         return compaction.arrival_edits_only()
