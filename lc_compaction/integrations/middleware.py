@@ -49,6 +49,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Annotated, Any, cast
 
 try:  # the `agents` extra; without it, an ImportError that says how to install it
@@ -65,6 +66,10 @@ except ModuleNotFoundError as _exc:
     from lc_compaction._extras import missing_extra
 
     raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
+try:  # how create_agent's model node answers invalid tool calls (langchain 1.x; absent: nothing to mirror)
+    from langchain.agents.factory import _patch_invalid_tool_calls
+except ImportError:  # pragma: no cover - another langchain layout
+    _patch_invalid_tool_calls = None
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
 from langgraph.runtime import Runtime
@@ -195,11 +200,12 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         before = self._before(state, runtime)
         if before is None:
             return None
-        messages, memory, policy, extra = before
+        stored, messages, memory, policy, extra = before
         plan = plan_compaction(messages, memory, policy, door="agent_middleware", mode=self.mode,
-                               extra_tokens=extra, offload=_target(policy, runtime))
+                               extra_tokens=extra, held=None if messages is stored else stored,
+                               offload=_target(policy, runtime))
         report(plan.result, plan.event)
-        return self._update(plan, messages, extra)
+        return self._update(plan, stored, messages, policy, extra)
 
     async def abefore_model(self, state: CompactionAgentState, runtime: Runtime[Any]  # type: ignore[override]
                             ) -> dict[str, Any] | Command | None:
@@ -207,37 +213,68 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         before = self._before(state, runtime)
         if before is None:
             return None
-        messages, memory, policy, extra = before
+        stored, messages, memory, policy, extra = before
         plan = await aplan_compaction(messages, memory, policy, door="agent_middleware", mode=self.mode,
-                                      extra_tokens=extra, offload=_target(policy, runtime))
+                                      extra_tokens=extra, held=None if messages is stored else stored,
+                                      offload=_target(policy, runtime))
         await areport(plan.result, plan.event)
-        return self._update(plan, messages, extra)
+        return self._update(plan, stored, messages, policy, extra)
 
-    def _before(self, state: Any, runtime: Any) -> tuple[list[Any], Any, CompactionPolicy, int] | None:
-        """What `before_model` compacts with: the stored messages, the memory, the policy and the tokens beside
-        the messages (those the latest request of this thread measured); None when there is nothing to compact or
-        the policy depends on a request not seen yet."""
-        messages = state.get("messages")
-        if not messages:
+    def _before(self, state: Any, runtime: Any
+                ) -> tuple[list[Any], list[Any], Any, CompactionPolicy, int] | None:
+        """What `before_model` compacts with: the stored messages, the messages the model node will send
+        (`_as_sent`), the memory, the policy and the tokens beside the messages, from the latest request of this
+        thread in this process, else from the memory's "request" entry (another process), else from the latest
+        request of any thread (0 tokens before any); None when there is nothing to compact, or when the policy
+        depends on a request's model and none was seen."""
+        stored = state.get("messages")
+        if not stored:
             return None
         memory = state.get(MEMORY_KEY)
         seen = self._requests.get(_thread(runtime))
-        policy = self.policy or (seen.policy if seen is not None else None)
+        latest = self._requests.latest()
+        remembered = memory.get("request") if isinstance(memory, dict) else None
+        remembered = remembered if isinstance(remembered, dict) else {}
+        policy = (self.policy or (seen.policy if seen is not None else None) or self._remembered_policy(remembered)
+                  or (latest.policy if latest is not None else None))
         if policy is None:
             return None
+        extra = remembered.get("extra_tokens")
         if seen is not None:
             extra = seen.extra_tokens
-        else:
-            request = memory.get("request") if isinstance(memory, dict) else None
-            remembered = request.get("extra_tokens") if isinstance(request, dict) else None
-            extra = remembered if isinstance(remembered, int) and not isinstance(remembered, bool) \
-                and remembered >= 0 else 0
-        return messages, memory, policy, extra
+        elif not (isinstance(extra, int) and not isinstance(extra, bool) and extra >= 0):
+            extra = latest.extra_tokens if latest is not None else 0
+        return stored, _as_sent(stored, remembered), memory, policy, extra
 
-    def _update(self, plan: CompactionPlan, stored: list[Any], extra: int) -> dict[str, Any] | Command:
+    def _remembered_policy(self, request: dict[str, Any]) -> CompactionPolicy | None:
+        """The policy of the request a memory's "request" entry describes (its window and model name), built once
+        per window as `policy_for` does; None when the entry has none or the settings need a window it lacks."""
+        if "max_input_tokens" not in request:
+            return None
+        window = request["max_input_tokens"]
+        if window in self._policies:
+            return self._policies[window]
+        settings = dict(self._settings)
+        if settings.get("max_input_tokens") is None:
+            settings["max_input_tokens"] = window
+        if settings.get("model_name") is None:
+            settings["model_name"] = request.get("model_name")
+        try:
+            policy = resolve_policy(None, **settings)
+        except (TypeError, ValueError):  # a malformed entry: the request's own check compacts this call
+            return None
+        return self._policies.setdefault(window, policy)
+
+    def _update(self, plan: CompactionPlan, stored: list[Any], sent: list[Any], policy: CompactionPolicy,
+                extra: int) -> dict[str, Any] | Command:
         memory = plan.memory
         after = plan.model_input if self.mode == "rewrite" else stored  # the stored history once written
-        memory["request"] = {"messages": len(after), "last_id": after[-1].id, "extra_tokens": extra}
+        if sent is not stored and self.mode == "rewrite":  # create_agent's answers to invalid calls: not ours
+            held = {m.id for m in stored}
+            ours = {m.id for m in sent}
+            after = [m for m in after if m.id in held or m.id not in ours]
+        memory["request"] = {"messages": len(after), "last_id": after[-1].id, "extra_tokens": extra,
+                             "max_input_tokens": policy.max_input_tokens, "model_name": policy.model_name}
         writes = plan.messages_writes
         if len(writes) > 1:  # two writes to one key, in order: only a Command can say that
             return Command(update=[*(("messages", w) for w in writes), (MEMORY_KEY, memory)])
@@ -307,12 +344,33 @@ class _Requests:
         with self._lock:
             return self._data.get(thread)
 
+    def latest(self) -> _Seen | None:
+        """The latest request of any thread."""
+        with self._lock:
+            return self._data[next(reversed(self._data))] if self._data else None
+
     def put(self, thread: str | None, seen: _Seen) -> None:
         with self._lock:
             self._data[thread] = seen
             self._data.move_to_end(thread)
             while len(self._data) > self.size:
                 self._data.popitem(last=False)
+
+
+def _as_sent(stored: list[Any], request: dict[str, Any]) -> list[Any]:
+    """The stored messages as create_agent's model node sends them: each invalid tool call without a result
+    answered by LangChain's own error ToolMessage (`langchain.agents.factory._patch_invalid_tool_calls`, which the
+    model node stores itself), so the compaction before the call neither repairs nor counts them otherwise. Only
+    the messages stored since the previous call (`request`: the memory's entry) are looked at, O(new), unless
+    one of them carries an invalid call; `stored` itself when none does."""
+    if _patch_invalid_tool_calls is None:
+        return stored
+    n, last_id = request.get("messages"), request.get("last_id")
+    start = n if isinstance(n, int) and 0 < n <= len(stored) and stored[n - 1].id == last_id else 0
+    if not any(isinstance(m, AIMessage) and m.invalid_tool_calls for m in islice(stored, start, None)):
+        return stored
+    sent = _patch_invalid_tool_calls(stored)
+    return stored if len(sent) == len(stored) else sent
 
 
 def _with_messages(request: ModelRequest, plan: CompactionPlan) -> ModelRequest:
