@@ -340,7 +340,8 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     previewed, removed or summarized, in the order of the actions, one record per store key (`keys`, default
     `OffloadKeys(original)`), each with `recall_chars`. Messages that were already a note, a preview or a cut
     (their original is stored, or was never kept) are skipped, as are the texts compaction wrote itself
-    (`is_compaction_text`: a summary, a drop marker, a repair's placeholder, of this call or an earlier one). A deduplication note is written as its original, the content of the earlier result it names
+    (`is_compaction_text`: a summary, a drop marker, a repair's placeholder, of this call or an earlier one). A
+    deduplication note is written as its original, the content of the earlier result it names
     (`undeduplicated`); an assistant message holding the running request's progress note as its own content,
     without the note (`own_original`). O(input + actions)."""
     by_id: dict[str | None, BaseMessage] = {m.id: m for m in original if m.id}

@@ -68,7 +68,7 @@ def _run(agent: Any, stream_mode: Any, use_async: bool) -> tuple[list[list[Any]]
     for k in range(TURNS):
         turn = {"messages": [HumanMessage(f"please look up record {k}", id=f"h{k}")]}
         if use_async:
-            async def collect() -> list[Any]:
+            async def collect(turn: dict = turn) -> list[Any]:
                 return [item async for item in agent.astream(turn, config, stream_mode=stream_mode)]
 
             turns.append(asyncio.run(collect()))

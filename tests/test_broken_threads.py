@@ -26,6 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
+from langchain_core._api import suppress_langchain_deprecation_warning
+from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -34,7 +36,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction.integrations import CompactionMiddleware, CompactionNode
+from lc_compaction.integrations import CompactingChatMessageHistory, CompactionMiddleware, CompactionNode
 from lc_compaction.structure import (MISSING_RESULT_TEXT, InvalidHistoryError, check_invariants, is_missing_result,
                                      repair_history)
 from tests.agent_replay import ReplayChatModel
@@ -140,6 +142,23 @@ def test_create_agent_repairs_a_run_stopped_before_its_tools(mode: str, use_asyn
         assert check_invariants(stored) == [] and [r.text for r in _results(stored)] == [MISSING_RESULT_TEXT]
     else:  # view mode keeps the stored history whole: the view sent is repaired, every call
         assert check_invariants(stored) != []
+
+
+# ---------------------------------------------------------------------------------------------- chat history
+
+
+def test_the_chat_history_wrapper_repairs_a_call_left_without_result_under_the_trigger() -> None:
+    """A chain that stopped after the model asked for a tool, then the user's next message: the wrapper's view
+    (what the chain sends) is repaired on the read, the trigger far away; the inner history is left as it is."""
+    with suppress_langchain_deprecation_warning():
+        inner = InMemoryChatMessageHistory()
+    history = CompactingChatMessageHistory(inner, CompactionPolicy(max_input_tokens=WINDOW))
+    history.add_messages([HumanMessage("look record 1 up", id="h1"), CALL])
+    assert [m.id for m in history.messages] == ["h1", "call"]  # an open tool block: the results may follow
+    history.add_messages([HumanMessage("never mind", id="h2")])
+    view = history.messages
+    assert check_invariants(view) == [] and [r.text for r in _results(view)] == [MISSING_RESULT_TEXT]
+    assert check_invariants(inner.messages) != []
 
 
 # ------------------------------------------------------------------------------------------- the repair rule

@@ -49,7 +49,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Annotated, Any, cast
 
 try:  # the `agents` extra; without it, an ImportError that says how to install it
@@ -67,11 +66,11 @@ except ModuleNotFoundError as _exc:
 
     raise missing_extra("CompactionMiddleware", "agents", _exc) from _exc
 try:  # how create_agent's model node answers invalid tool calls (langchain 1.x; absent: nothing to mirror)
-    from langchain.agents.factory import _patch_invalid_tool_calls
+    from langchain.agents.factory import _patch_invalid_tool_calls as _answer_invalid_calls
 except ImportError:  # pragma: no cover - another langchain layout
-    _patch_invalid_tool_calls = None
+    _answer_invalid_calls: Callable[[list[Any]], list[Any]] | None = None  # type: ignore[no-redef]
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import NotRequired
@@ -109,7 +108,14 @@ class CompactionAgentState(AgentState):
 
 
 class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
-    """Compacts the history before each model call of a `create_agent` agent.
+    """Compacts the history before each model call of a `create_agent` agent, in its own `before_model` node
+    (the state writes) and in `wrap_model_call` (the request checked with its system prompt and tools); see the
+    module docstring.
+
+    The memory (`state["compaction"]`, `plan.plan_compaction`'s layout) also holds "request": `{"messages": int
+    and "last_id": the stored history `before_model` left (its length in messages and last id), "extra_tokens":
+    the tokens it counted beside the messages, "max_input_tokens" and "model_name": its policy's}`, so another
+    process's `before_model` plans with the same policy and `wrap_model_call` knows the call was planned.
 
     Args:
         policy: a `CompactionPolicy`; or leave it None and give the settings below (not both).
@@ -291,6 +297,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return handler(request)
         policy, extra, planned = self._measure(request)
+        if planned == "holds":  # before_model's decision stands for this very request: O(1) beyond a compare
+            return handler(request)
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
                                mode=self.mode, extra_tokens=extra, offload=_target(policy, request.runtime))
         if not planned or plan.result.compacted:  # one event a call: before_model's, unless this one changed it
@@ -304,6 +312,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if not request.messages:
             return await handler(request)
         policy, extra, planned = self._measure(request)
+        if planned == "holds":
+            return await handler(request)
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode, extra_tokens=extra,
                                       offload=_target(policy, request.runtime))
@@ -311,17 +321,26 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             await areport(plan.result, plan.event)
         return await handler(_with_messages(request, plan))
 
-    def _measure(self, request: ModelRequest) -> tuple[CompactionPolicy, int, bool]:
+    def _measure(self, request: ModelRequest) -> tuple[CompactionPolicy, int, str]:
         """The request's policy and tokens beside its messages (kept for this thread's next `before_model`), and
-        whether `before_model` planned this very stored history (its memory names it)."""
+        what `before_model` planned: "" (not this stored history: its memory names another), "planned", or
+        "holds" (rewrite mode, the request is the stored messages, its policy and no more tokens beside them
+        than it counted: its plan is this request's, nothing to check)."""
         policy = self.policy_for(request.model)
         extra = tokens_beside(policy.counter, system=request.system_message, tools=request.tools or ())
         self._requests.put(_thread(request.runtime), _Seen(policy, extra))
         memory = request.state.get(MEMORY_KEY)
-        stored = request.state.get("messages") or ()
-        planned = isinstance(memory, dict) and isinstance(memory.get("request"), dict) and bool(stored) and (
-            memory["request"].get("messages") == len(stored) and memory["request"].get("last_id") == stored[-1].id)
-        return policy, extra, planned
+        stored: list[Any] = request.state.get("messages") or []
+        entry = memory.get("request") if isinstance(memory, dict) else None
+        if not (isinstance(entry, dict) and stored and entry.get("messages") == len(stored)
+                and entry.get("last_id") == stored[-1].id):
+            return policy, extra, ""
+        counted = entry.get("extra_tokens")
+        same_policy = self.policy is not None or (entry.get("max_input_tokens") == policy.max_input_tokens
+                                                  and entry.get("model_name") == policy.model_name)
+        holds = (self.mode == "rewrite" and same_policy and isinstance(counted, int) and extra <= counted
+                 and request.messages == stored)  # the same objects: a C-level pointer comparison
+        return policy, extra, "holds" if holds else "planned"
 
 
 @dataclass(frozen=True)
@@ -363,13 +382,13 @@ def _as_sent(stored: list[Any], request: dict[str, Any]) -> list[Any]:
     model node stores itself), so the compaction before the call neither repairs nor counts them otherwise. Only
     the messages stored since the previous call (`request`: the memory's entry) are looked at, O(new), unless
     one of them carries an invalid call; `stored` itself when none does."""
-    if _patch_invalid_tool_calls is None:
+    if _answer_invalid_calls is None:
         return stored
     n, last_id = request.get("messages"), request.get("last_id")
     start = n if isinstance(n, int) and 0 < n <= len(stored) and stored[n - 1].id == last_id else 0
-    if not any(isinstance(m, AIMessage) and m.invalid_tool_calls for m in islice(stored, start, None)):
+    if not any(isinstance(m, AIMessage) and m.invalid_tool_calls for m in stored[start:]):
         return stored
-    sent = _patch_invalid_tool_calls(stored)
+    sent = _answer_invalid_calls(stored)
     return stored if len(sent) == len(stored) else sent
 
 
