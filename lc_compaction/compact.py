@@ -477,7 +477,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals):
+    if not (compaction.triggered or compaction.arrivals or compaction.broken):
         return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state
@@ -496,7 +496,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals):
+    if not (compaction.triggered or compaction.arrivals or compaction.broken):
         return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state
