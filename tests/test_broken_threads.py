@@ -40,6 +40,7 @@ from lc_compaction.integrations import CompactingChatMessageHistory, CompactionM
 from lc_compaction.structure import (MISSING_RESULT_TEXT, InvalidHistoryError, check_invariants, is_missing_result,
                                      repair_history)
 from tests.agent_replay import ReplayChatModel
+from tests.builders import ai_call
 from tests.oracle.generators import broken_histories, histories
 
 WINDOW = 100_000  # far over these histories: nothing triggers, only the repair can change them
@@ -213,6 +214,20 @@ def test_a_steady_call_checks_the_new_messages_only(monkeypatch: pytest.MonkeyPa
     second = compact(grown, policy, repair=True, tally=first.tally)
     assert second.messages is grown and not second.repairs
     assert seen == [(400, 0), (401, 400)]
+
+
+def test_a_broken_history_with_a_repeated_result_is_repaired_under_the_trigger() -> None:
+    """A repeated tool result alone takes a path without ladder state; with a broken history it goes through
+    the check and the repair like any other."""
+    result_text = "the same record " * 40
+    history = [HumanMessage("q", id="h1"), ai_call("c0", "a0", name="lookup"),
+               ToolMessage(result_text, tool_call_id="c0", id="t0"), AIMessage("ok", id="r0"),
+               HumanMessage("again", id="h2"), CALL, HumanMessage("stop", id="h3"),
+               ai_call("c2", "a2", name="lookup"), ToolMessage(result_text, tool_call_id="c2", id="t2")]
+    result = compact(history, CompactionPolicy(max_input_tokens=WINDOW), repair=True)
+    assert not result.triggered and check_invariants(result.messages) == []
+    assert [r.kind for r in result.repairs] == ["missing_tool_result_added"]
+    assert [a.kind for a in result.actions] == ["deduplicated"]
 
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
