@@ -341,37 +341,42 @@ def _reloaded_cell(sit: Situation) -> Cell:
 
 
 def _middleware_cell(sit: Situation, name: str) -> Cell:
+    """Our middleware in the steady state: its `before_model` (its own node, which compacts and writes) and its
+    `wrap_model_call` (the request checked with its system prompt and tools), as `create_agent` calls them."""
     policy = CompactionPolicy(max_input_tokens=STEADY_WINDOW, model_name=sit.model_name)
     middleware = CompactionMiddleware(policy)
     model = _fake_model()
+    system = _system_split(sit.prefix)[0]
 
-    def request(messages: list[BaseMessage], memory: Any) -> ModelRequest:
-        system, rest = _system_split(messages)
-        state: dict[str, Any] = {"messages": rest}
+    def state_of(messages: list[BaseMessage], memory: Any) -> dict[str, Any]:
+        state: dict[str, Any] = {"messages": _system_split(messages)[1]}
         if memory is not None:
             state["compaction"] = memory
-        return ModelRequest(model=model, messages=rest, system_message=system, tools=[], state=state,  # type: ignore[arg-type]
-                            runtime=None)
+        return state
 
-    def call(messages: list[BaseMessage], memory: Any) -> Any:
-        return middleware.wrap_model_call(request(messages, memory), _handler)
+    def call(state: dict[str, Any]) -> Any:
+        update = middleware.before_model(state, None)  # type: ignore[arg-type]
+        after = {**state, "compaction": update["compaction"]}  # the steady state writes no message (checked)
+        request = ModelRequest(model=model, messages=after["messages"], system_message=system, tools=[],
+                               state=after, runtime=None)  # type: ignore[arg-type]
+        middleware.wrap_model_call(request, _handler)
+        return update
 
-    previous = _Previous(call, lambda out: out.command.update["compaction"])
+    previous = _Previous(lambda messages, memory: call(state_of(messages, memory)), lambda out: out["compaction"])
 
-    def setup(i: int) -> ModelRequest:
-        return request(grown(sit, i), previous.before(sit, i))
+    def setup(i: int) -> dict[str, Any]:
+        return state_of(grown(sit, i), previous.before(sit, i))
 
-    def check(req: ModelRequest, out: Any) -> None:
-        update = out.command.update
+    def check(state: dict[str, Any], update: Any) -> None:
         _expect(update["compaction"]["last"]["outcome"] == "skipped" and "messages" not in update,
                 f"{name}: compacted in the steady state")
 
     config = graph_config()
 
-    def run(req: ModelRequest) -> Any:
-        token = var_child_runnable_config.set(config)  # the model node's config, as LangGraph sets it
+    def run(state: dict[str, Any]) -> Any:
+        token = var_child_runnable_config.set(config)  # the nodes' config, as LangGraph sets it
         try:
-            return previous.after(middleware.wrap_model_call(req, _handler))
+            return previous.after(call(state))
         finally:
             var_child_runnable_config.reset(token)
 

@@ -7,8 +7,12 @@ The ladder, in order:
    `lc_compaction.dedup`; lossless), and with `offload=True` a new tool result over `policy.offload_above` tokens
    becomes a preview (`lc_compaction.offload`). Then, if the history does not exceed the trigger (nor the
    budget), it comes back as it is: without arrival edits, the same list object, the same message objects, and
-   nothing else is done (no validation, no copies), except that a message without an id gets one in place, as
-   LangChain's `SummarizationMiddleware` does.
+   nothing else is done (no copies), except that a message without an id gets one in place, as LangChain's
+   `SummarizationMiddleware` does. With a repair decision (`repair` True or False, from the call or the policy;
+   the front doors always give one) the messages new since the tally are checked first (all of them without
+   one: `check_invariants(messages, start)`, O(new messages)), so a broken history is repaired (or raises)
+   under the trigger too: a thread stopped before its tools ran is never sent as it is. With neither (the
+   default) nothing is validated under the trigger.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
    message index and tool_call_id, or is repaired (reported) when `repair=True`.
@@ -225,6 +229,10 @@ class _Compaction:
         self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
+        self.broken = (repair is not None or policy.repair is not None) and bool(
+            check_invariants(self.original, self.tallied))
+        """With a repair decision (True: repair, False: raise), the messages new since the tally (all of them
+        without one) break a rule: the input is checked and repaired (or raises) under the trigger too, O(new)."""
 
     def unchanged(self, reason: str) -> CompactionResult:
         new = self.original[self.tallied:]
@@ -446,7 +454,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
             caller passes separately), counted toward the trigger and the budget.
         repair: override `policy.repair` for this call (`policy.repair=None`, the default, is False here: a
-            broken input raises unless repair is asked for).
+            broken input raises unless repair is asked for). When this or `policy.repair` is set, the messages
+            new since `tally` are checked under the trigger too (see the module docstring, step 1).
         tally: the previous result's `tally` (or `CountTally.from_dict(...)`): when the history only grew since,
             only the new messages are counted (O(k) instead of O(history)).
         offload: the caller writes `result.offloads` to a store before using the result (`lc_compaction.offload`;
@@ -458,7 +467,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
             (`lc_compaction.offload.OffloadKeys`).
 
     Returns:
-        A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself.
+        A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself (unless
+        a broken input was repaired: then `result.repairs` says how, `triggered` is False).
 
     Raises:
         InvalidHistoryError: the input breaks a pairing or order rule and repair is off (names the index and
@@ -467,9 +477,9 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals):
+    if not (compaction.triggered or compaction.arrivals or compaction.broken):
         return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state
@@ -486,9 +496,9 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
                    offload_rekey: Collection[str] = ()) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates):
+    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
         return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals):
+    if not (compaction.triggered or compaction.arrivals or compaction.broken):
         return compaction.arrival_edits_only()
     compaction.prepare()
     state = compaction.state

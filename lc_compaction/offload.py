@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message_to_dict, messages_from_dict
 
-from lc_compaction._kinds import AI, TOOL, kind
+from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 from lc_compaction.dedup import is_deduplicated
-from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_shortened, is_truncated
+from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_dropped_marker, is_shortened, is_summary, is_truncated
+from lc_compaction.structure import CONVERSATION_START_TEXT, is_missing_result
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import Action, LadderState
@@ -70,6 +71,7 @@ __all__ = [
     "RECALL_TOOL_NAME",
     "OffloadKeys",
     "OffloadRecord",
+    "is_compaction_text",
     "is_offloaded",
     "large_arrivals",
     "offload_namespace",
@@ -217,9 +219,19 @@ class OffloadKeys:
         """True when the original of `message` is in the store once the result is used: an input message that
         the compaction writes (not a note, preview or cut of an original that was never kept), or the note or
         preview of one already written (`is_offloaded`)."""
-        if message.id not in self.ids:
+        if message.id not in self.ids or is_compaction_text(message):
             return False
         return is_offloaded(message) or not (is_truncated(message) or is_shortened(message))
+
+
+def is_compaction_text(message: BaseMessage) -> bool:
+    """True for a message whose text compaction (or LangChain's summarization) wrote, not the user, the model or
+    a tool: a summary (`markers.is_summary`), a drop marker (`markers.is_dropped_marker`), or a placeholder a
+    repair added (`structure.is_missing_result`, `CONVERSATION_START_TEXT`). Such a message is never an original
+    to store: what it stands for is stored under its own keys, and the front doors give it the id of a message it
+    replaced (`integrations.writes.adopt_ids`), whose original that key holds."""
+    return (is_summary(message) or is_dropped_marker(message) or is_missing_result(message)
+            or (kind(message) == HUMAN and message.content == CONVERSATION_START_TEXT))
 
 
 def is_offloaded(message: BaseMessage) -> bool:
@@ -327,8 +339,9 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     """The originals a compaction result must write first: every input message it truncated, cut in place,
     previewed, removed or summarized, in the order of the actions, one record per store key (`keys`, default
     `OffloadKeys(original)`), each with `recall_chars`. Messages that were already a note, a preview or a cut
-    (their original is stored, or was never kept) are skipped, as are messages the compaction made itself (a
-    summary). A deduplication note is written as its original, the content of the earlier result it names
+    (their original is stored, or was never kept) are skipped, as are the texts compaction wrote itself
+    (`is_compaction_text`: a summary, a drop marker, a repair's placeholder, of this call or an earlier one). A
+    deduplication note is written as its original, the content of the earlier result it names
     (`undeduplicated`); an assistant message holding the running request's progress note as its own content,
     without the note (`own_original`). O(input + actions)."""
     by_id: dict[str | None, BaseMessage] = {m.id: m for m in original if m.id}
@@ -336,7 +349,8 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     out: dict[tuple[str, str], OffloadRecord] = {}
 
     def add(message: BaseMessage | None, reason: str) -> None:
-        if message is None or is_truncated(message) or is_shortened(message) or is_offloaded(message):
+        if (message is None or is_truncated(message) or is_shortened(message) or is_offloaded(message)
+                or is_compaction_text(message)):
             return
         record = OffloadRecord(own_original(message, by_id), reason, keys.key(message), recall_chars)
         out.setdefault((record.kind, record.key), record)

@@ -193,8 +193,8 @@ def tool_pairs(messages: Sequence[BaseMessage]) -> dict[int, tuple[int, str]]:
     return out
 
 
-def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
-    """Check the whole list against the pairing and order rules; return every violation (empty when valid).
+def check_invariants(messages: Sequence[BaseMessage], start: int = 0) -> list[Violation]:
+    """Check the list against the pairing and order rules; return every violation (empty when valid).
 
     Rules (OpenAI, Anthropic and Gemini reject requests that break them), pairing by position (see the module
     docstring):
@@ -206,14 +206,22 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     - no RemoveMessage (a graph-state instruction, never model input).
 
     Every violation is one `repair_history` repairs. Cost: one pass, O(len(messages)).
+
+    `start`: check only what `messages[start:]` adds to a prefix `messages[:start]` known to pass (a front door's
+    previous call checked it: the messages its count tally covers), from the tool block the prefix ends with:
+    O(new messages + that block). The list is valid exactly when this finds nothing; indices are in `messages`,
+    but a result that answers a call of an earlier block of the prefix is named an orphan (a full check names
+    it exactly).
     """
     out: list[Violation] = []
-    seen_non_system = False
+    begin = _block_start(messages, start) if start > 0 else 0
+    # a valid prefix has SystemMessages only at its start: it holds a non-system message when it ends with one
+    seen_non_system = begin > 0 and kind(messages[begin - 1]) != SYSTEM
     block = -1  # index of the AIMessage whose run of results we are in (-1: none)
     open_calls: dict[str, int] = {}  # calls of `block` not answered yet -> its index
     latest_call: dict[str, int] = {}  # call id -> index of the latest AIMessage that made it (results out of place)
     answered: set[tuple[int, str]] = set()  # (AIMessage index, call id) answered
-    for i, m in enumerate(messages):
+    for i, m in enumerate(messages[begin:] if begin else messages, begin):  # a slice: O(new), as islice is not
         k = kind(m)
         if k == REMOVE:
             out.append(Violation("remove_message", i, detail="RemoveMessage is a state update, not a message"))
@@ -271,8 +279,23 @@ def check_invariants(messages: Sequence[BaseMessage]) -> list[Violation]:
     return out
 
 
+def _block_start(messages: Sequence[BaseMessage], start: int) -> int:
+    """Where the tool block holding `messages[start - 1]` starts (its AIMessage), or `start` when that message
+    is in none: O(length of the block)."""
+    j = min(start, len(messages))
+    while j > 0 and kind(messages[j - 1]) == TOOL:
+        j -= 1
+    return j - 1 if j > 0 and kind(messages[j - 1]) == AI and call_ids(messages[j - 1]) else j
+
+
 MISSING_RESULT_TEXT = "[lc-compaction: no result was recorded for this tool call]"
 """Content of the ToolMessage that repair adds for a tool call that had no result."""
+
+
+def is_missing_result(message: BaseMessage) -> bool:
+    """True for the placeholder `repair_history` adds for a tool call without a result: a ToolMessage whose content
+    is `MISSING_RESULT_TEXT` (compaction's own text, never a tool's)."""
+    return kind(message) == TOOL and message.content == MISSING_RESULT_TEXT
 
 CONVERSATION_START_TEXT = "[lc-compaction: the conversation starts with the assistant's message below]"
 """Content of the HumanMessage that repair puts before a history that starts with an assistant message."""
@@ -330,6 +353,10 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
     - result separated from its call (the latest AIMessage before it with an unanswered call of that id):
       moved to the block right after its call;
     - tool call without a result: a ToolMessage with `MISSING_RESULT_TEXT` (status "error") is added;
+    - a call answered by such a placeholder (`is_missing_result`: an earlier repair added it) and by a real
+      result too (the tool's result arrived after the repair, or in the same graph step, before or after the
+      placeholder): the real result takes the placeholder's place, right after its call, and the placeholder
+      goes (never the other way round: "duplicate result: later copies removed" does not apply to it);
     - mid-history SystemMessage: sent as a HumanMessage (see `normalize_system_messages`);
     - history starting with an assistant or tool message: a HumanMessage with `CONVERSATION_START_TEXT` is
       put before it.
@@ -354,6 +381,13 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
     block = -1  # position of the AIMessage whose run of results we are in
     pending: dict[str, list[str]] = {}  # that block's original call ids -> its (new) call ids not answered yet
     unanswered: dict[str, list[int]] = {}  # call id -> positions of the AIMessages whose call of it has no result
+    # a placeholder an earlier repair added gives way to a real result of its call, wherever that result is
+    placeholders = {cast(ToolMessage, m).tool_call_id for _, m, _ in items if is_missing_result(m)}
+    stand_ins: dict[str, list[tuple[int, int]]] = {}  # call id -> (its AIMessage's position, input index) of
+    # each call a placeholder answers so far
+    latest: dict[str, int] = {}  # call id -> position of the latest AIMessage that made a call of it
+    early: dict[str, tuple[int, BaseMessage]] = {}  # call id -> (input index, result) of an orphan result whose
+    # call comes later and may be answered by a placeholder (two writes of one graph step, the tool's first)
     for p, (i, m, originals) in enumerate(items):
         k = kind(m)
         if k != TOOL:
@@ -361,26 +395,49 @@ def repair_history(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], 
             for original, new in zip(originals, call_ids(m)):
                 pending.setdefault(original, []).append(new)
                 unanswered.setdefault(new, []).append(p)
+                latest[new] = p
             continue
         tcid = cast(ToolMessage, m).tool_call_id or ""
+        stand_in = tcid in placeholders and is_missing_result(m)
         if block >= 0 and pending.get(tcid):
             owner, target = block, pending[tcid].pop(0)
             if target != tcid:
                 m = m.model_copy(update={"tool_call_id": target})
                 repairs.append(Repair("tool_call_id_renamed", i, tcid or None,
                                       f"it answers the call now named {target!r}"))
+        elif not stand_in and stand_ins.get(tcid) and stand_ins[tcid][-1][0] == latest[tcid]:
+            # the real result of the latest call of its id, which a placeholder answers
+            owner, at = stand_ins[tcid].pop()
+            repairs.append(Repair("missing_tool_result_replaced", at, tcid, f"by the result in message {i}"))
+            if owner != block:
+                moved.append((i, items[owner][0], tcid))
+            results[(owner, tcid)] = m
+            continue
         elif block >= 0 and tcid in pending:
             repairs.append(Repair("duplicate_tool_result_removed", i, tcid))
             continue
         elif unanswered.get(tcid):
             owner, target = unanswered[tcid][-1], tcid
             moved.append((i, items[owner][0], tcid))
+        elif tcid in placeholders and tcid not in unanswered and tcid not in early:
+            early[tcid] = (i, m)  # no call of it yet: a placeholder of a later call may give way to it
+            continue
         else:
             what = "duplicate_tool_result_removed" if tcid in unanswered else "orphan_tool_result_removed"
             repairs.append(Repair(what, i, tcid or None))
             continue
         unanswered[target].remove(owner)
+        if stand_in and target in early:  # the real result came first, before its call
+            at, real = early.pop(target)
+            repairs.append(Repair("missing_tool_result_replaced", i, target, f"by the result in message {at}"))
+            moved.append((at, items[owner][0], target))
+            m = real if cast(ToolMessage, real).tool_call_id == target else real.model_copy(
+                update={"tool_call_id": target})
+        elif stand_in:
+            stand_ins.setdefault(target, []).append((owner, i))
         results[(owner, target)] = m
+    for tcid, (i, _) in early.items():
+        repairs.append(Repair("orphan_tool_result_removed", i, tcid or None))
     out: list[BaseMessage] = []
     for p, (i, m, _) in enumerate(items):
         if kind(m) == TOOL:

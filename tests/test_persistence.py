@@ -89,7 +89,11 @@ def test_restart_halfway_ends_in_the_same_state(door: str, mode: str, tmp_path: 
     assert [message_to_dict(m) for m in b["messages"]] == [message_to_dict(m) for m in a["messages"]]
     memory = b["compaction"]
     assert _without_timings(memory) == _without_timings(a["compaction"])
-    assert memory["calls"] == len(straight) and memory["compactions"] >= 1
+    # the middleware takes the window from the request's model: its first call of a process, before any request
+    # was seen, is compacted by the request's own check alone (not stored); the restarted process reads the
+    # window its memory remembers, so both runs end in the same state
+    first_call = 1 if door == "agent_middleware" else 0
+    assert memory["calls"] == len(straight) - first_call and memory["compactions"] >= 1
     assert json.loads(json.dumps(memory)) == memory  # plain JSON: no custom classes in the checkpoint
     if mode == "view":
         assert len(b["messages"]) == len(REPLAY.history_after_turn(n - 1, include_system=door == "react_hook"))

@@ -42,7 +42,11 @@ needed with the default keys. With other keys, declare them in your state and ad
 On every call, compacting or not, a SystemMessage added after the conversation started is sent as a
 HumanMessage (same id and text, marked; Anthropic and Gemini reject a system message mid-history), reported as a
 repair; only the messages added since the previous call are looked at (O(new messages)). In rewrite mode the
-stored message is replaced in place by the converted one; in view mode the view holds it.
+stored message is replaced in place by the converted one; in view mode the view holds it. So is a history that
+breaks a pairing or order rule (a run stopped by `interrupt_before=["tools"]`, a crash or a timeout leaves tool
+calls without results): repaired on every call (or raises with `repair=False`), compacting or not, looking at the
+messages added since the previous call (`compact`); a real result that arrives after the repair (in the same
+graph step, a parallel branch) takes the place of the "no result was recorded" placeholder at the next call.
 
 Each call reports its outcome (a LangChain custom event and a log line, see `events.py`).
 """
