@@ -363,21 +363,33 @@ def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
 
 
 def terse_note(message: AIMessage) -> AIMessage:
-    """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, without the result's
-    size, start and facts), and its failure when it failed (`- name(arguments) -> error (exit code 2)`: a failed
-    call never reads like a success): what the last resort does before cutting the note (`shorten.last_resort`), so
-    that every call stays named when a window is too small for the full lines. Later folds extend the terse lines
-    as usual. (Before that, `keep_progress` may already have cut the oldest lines to the call and its facts.)"""
+    """`message` with its progress note's lines cut to the call itself (`- name(arguments)`, the arguments to
+    `TERSE_ARGS_CHARS` characters, without the result's size, start and facts), and its failure when it failed
+    (`- name(arguments) -> error (exit code 2)`: a failed call never reads like a success): what the last resort
+    does before cutting the note (`shorten.last_resort`), so that every call stays named when a window is too small
+    for the full lines. Later folds extend the terse lines as usual. (Before that, `keep_progress` may already have
+    cut the oldest lines to the call and its facts.)"""
     lines = note_lines(message)
     if not lines:
         return message
     return with_note(message, [_bare_line(line) if line.startswith("- ") else line for line in lines])
 
 
+TERSE_ARGS_CHARS = 60
+"""Characters of a call's arguments a terse line keeps (`terse_note`): enough to tell the calls of a loop apart
+(`bash({"command": "python -m pytest tests/test_x.py -x"`), short enough that a long coding loop's every call
+stays named in a small window (a 4,000-token window, 60 calls of a SWE-bench run: the shared traces)."""
+
+
 def _bare_line(line: str) -> str:
-    """A line cut to its call (as written, a cut's size included) and its failure (`terse_note`)."""
+    """A line cut to its call and its failure (`terse_note`), the call's arguments to `TERSE_ARGS_CHARS`
+    characters (then "...)")."""
     failure = _parse(line).failure
-    return line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0] + (f" -> {failure}" if failure else "")
+    call = line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0]
+    head, paren, args = call.partition("(")
+    if paren and len(args) > TERSE_ARGS_CHARS + 1:
+        call = f"{head}({args[:TERSE_ARGS_CHARS]}...)"
+    return call + (f" -> {failure}" if failure else "")
 
 
 def _terse_line(line: str, guard: FactGuard) -> str:
