@@ -6,8 +6,10 @@ and a marker says how much went (`markers.SHORTENED_MARKER`), and its `response_
 result also `"failure": "error (exit code 2)"` (`_content.tool_failure`: what the cut text may no longer show).
 With offload on, the original is written to the store before the cut is used (`lc_compaction.offload`): the
 marker then also names the recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`.
-Content blocks keep their structure: text blocks (and text documents) are cut in order, tool-use and reasoning
-blocks are kept, and media blocks (images, files, audio) are removed, oldest first and only as many as needed, when
+Content blocks keep their structure: text blocks (and text documents) are cut in order (a text block right after
+an OpenAI Responses reasoning item keeps its place, holding the marker, when cut to nothing: the reasoning stays
+right before the item it pairs with, `_content.is_paired_reasoning`), tool-use and reasoning blocks are kept, and
+media blocks (images, files, audio) are removed, oldest first and only as many as needed, when
 cutting the text alone cannot get the message small enough; the marker names them.
 
 Tool-call arguments are cut last, when the text and the media alone cannot make the message fit (a `write_file`
@@ -35,6 +37,7 @@ from lc_compaction._content import (
     content_text,
     is_media,
     tool_failure,
+    is_paired_reasoning,
     with_block_text,
 )
 from lc_compaction._kinds import TOOL, kind
@@ -235,6 +238,7 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         out: list[Any] = []
         budget = keep_chars
         to_drop = len(content) if drop_media is True else int(drop_media)
+        paired: int | None = None  # a block cut to nothing right after a Responses reasoning item: the marker's
         for block in content:
             text = block_text(block)
             if text is None:
@@ -249,11 +253,20 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
                 continue
             if budget:
                 out.append(with_block_text(block, text[:budget]))
+            elif paired is None and out and is_paired_reasoning(out[-1]):
+                paired = len(out)  # it keeps its place (the item the reasoning pairs with), holding the marker
+                out.append(block)
             budget = 0
         kept = keep_chars - budget
         removed = max(original - kept, 0)
         if removed or removed_blocks or not cut_ids or recall is not None:
-            out.append({"type": "text", "text": _marker(removed, removed_blocks, recall, what).strip()})
+            marker = _marker(removed, removed_blocks, recall, what).strip()
+            if paired is None:
+                out.append({"type": "text", "text": marker})
+            else:
+                out[paired] = with_block_text(out[paired], marker)
+        elif paired is not None:
+            out[paired] = with_block_text(out[paired], "")
         new_content = out
     meta = dict(message.response_metadata or {})
     previous = meta.get(MARK_KEY) if is_shortened(message) else None
