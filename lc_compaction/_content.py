@@ -342,6 +342,16 @@ def _v03_reasoning(message: BaseMessage) -> bool:
     return isinstance(message.additional_kwargs.get("reasoning"), dict) and isinstance(message.content, list)
 
 
+def last_text_block(message: BaseMessage, text: str) -> dict[str, Any]:
+    """A block holding `text`, to go last in `message`'s block list (a cut's marker): a ``text`` block, or, in
+    langchain-openai's v0.3 layout when the message has no ``text`` block of its own, an ``output_text`` block,
+    which that layout sends after the calls (a ``text`` block would be sent between the reasoning item and the
+    call it pairs with: `with_text_first`)."""
+    if _v03_reasoning(message) and not any(block_type(b) == "text" for b in message.content):
+        return {"type": "output_text", "text": text}
+    return {"type": "text", "text": text}
+
+
 def with_text_first(message: BaseMessage, text: str, separator: str = "\n\n") -> Any:
     """`message.content` with `text` put in as the first text the model reads, where the providers' order rules
     still hold (an AI message; the other blocks are kept as they are, in their order):
@@ -391,6 +401,7 @@ __all__ = [
     "is_invalid_call",
     "is_media",
     "is_paired_reasoning",
+    "last_text_block",
     "media_reference",
     "looks_binary",
     "reply_text",
