@@ -301,6 +301,82 @@ def starts_with_thinking(message: BaseMessage) -> bool:
     return block_type(content[0]) in THINKING_BLOCKS
 
 
+# ------------------------------------------------------------------------------------------------ text we insert
+
+_RESPONSES_REASONING_KEYS = ("summary", "encrypted_content")
+
+
+def is_paired_reasoning(block: Any) -> bool:
+    """True for an OpenAI Responses reasoning item in a content list: a ``reasoning`` block with the Responses API's
+    marks (an ``rs_`` id, a ``summary`` list, ``encrypted_content``, the last also in LangChain v1's ``extras``).
+
+    The Responses API wants such an item directly before the item the model wrote after it (a ``function_call`` or
+    an assistant ``message``): "Item 'rs_...' of type 'reasoning' was provided without its required following
+    item". langchain-openai sends an AIMessage's blocks as input items in their order
+    (``_construct_responses_api_input``), so nothing may be put between the two. Any other reasoning block
+    (Anthropic's ``thinking`` and ``redacted_thinking``, a v1 ``reasoning`` without those marks) is thinking that
+    must come first in its message instead."""
+    if block_type(block) != "reasoning":
+        return False
+    rid = block.get("id")
+    if isinstance(rid, str) and rid.startswith("rs_"):
+        return True
+    extras = block.get("extras")
+    return any(key in block for key in _RESPONSES_REASONING_KEYS) or (
+        isinstance(extras, dict) and "encrypted_content" in extras)
+
+
+def insertion_index(content: list[Any]) -> int:
+    """Where a text block we add goes in an AI message's block list: after its leading thinking blocks (Anthropic
+    requires a message's thinking first), which is before any Responses reasoning item (`is_paired_reasoning`:
+    kept directly before the item it pairs with)."""
+    i = 0
+    while i < len(content) and block_type(content[i]) in THINKING_BLOCKS and not is_paired_reasoning(content[i]):
+        i += 1
+    return i
+
+
+def _v03_reasoning(message: BaseMessage) -> bool:
+    """langchain-openai's v0.3 layout (``output_version="v0"``): the Responses reasoning item is kept in
+    ``additional_kwargs["reasoning"]`` beside a block-list content."""
+    return isinstance(message.additional_kwargs.get("reasoning"), dict) and isinstance(message.content, list)
+
+
+def last_text_block(message: BaseMessage, text: str) -> dict[str, Any]:
+    """A block holding `text`, to go last in `message`'s block list (a cut's marker): a ``text`` block, or, in
+    langchain-openai's v0.3 layout when the message has no ``text`` block of its own, an ``output_text`` block,
+    which that layout sends after the calls (a ``text`` block would be sent between the reasoning item and the
+    call it pairs with: `with_text_first`)."""
+    if _v03_reasoning(message) and not any(block_type(b) == "text" for b in message.content):
+        return {"type": "output_text", "text": text}
+    return {"type": "text", "text": text}
+
+
+def with_text_first(message: BaseMessage, text: str, separator: str = "\n\n") -> Any:
+    """`message.content` with `text` put in as the first text the model reads, where the providers' order rules
+    still hold (an AI message; the other blocks are kept as they are, in their order):
+
+    - a string content: `text`, then `separator` and the content (when not empty);
+    - a block list: a text block at `insertion_index` (after leading thinking, before a Responses reasoning item);
+    - langchain-openai's v0.3 layout (`_v03_reasoning`): langchain-openai sends its reasoning item first, then every
+      ``text`` block, then the calls (``langchain_core``'s ``_convert_from_v03_ai_message``), so a text block sits
+      between the reasoning and what it pairs with unless the model wrote text there: the text then goes after the
+      message's last text block (the item the reasoning pairs with stays right after it); with no text of its own,
+      it goes last as an ``output_text`` block (the Responses API's own type for assistant text), which that
+      layout sends after the calls."""
+    content = message.content
+    if isinstance(content, str):
+        return text + (separator + content if content else "")
+    block = {"type": "text", "text": text}
+    if _v03_reasoning(message):
+        last = max((i for i, b in enumerate(content) if block_type(b) == "text"), default=None)
+        if last is None:
+            return [*content, {"type": "output_text", "text": text}]
+        return [*content[:last + 1], block, *content[last + 1:]]
+    at = insertion_index(content)
+    return [*content[:at], block, *content[at:]]
+
+
 __all__ = [
     "FAILURE_RE",
     "FAILURE_SCAN_CHARS",
@@ -321,12 +397,16 @@ __all__ = [
     "block_type",
     "content_text",
     "failure_in_text",
+    "insertion_index",
     "is_invalid_call",
     "is_media",
+    "is_paired_reasoning",
+    "last_text_block",
     "media_reference",
     "looks_binary",
     "reply_text",
     "starts_with_thinking",
     "tool_failure",
     "with_block_text",
+    "with_text_first",
 ]

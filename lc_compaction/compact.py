@@ -14,8 +14,10 @@ The ladder, in order:
    under the trigger too: a thread stopped before its tools ran is never sent as it is. With neither (the
    default) nothing is validated under the trigger.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
-   sent as a HumanMessage (lossless, reported). Any other defect raises `InvalidHistoryError` naming the
-   message index and tool_call_id, or is repaired (reported) when `repair=True`.
+   sent as a HumanMessage (lossless, reported); inside a running tool loop that thinks, such a note goes where
+   a step that starts with thinking follows it (`structure.place_system_notes`, reported). Any other defect
+   raises `InvalidHistoryError` naming the message index and tool_call_id, or is repaired (reported) when
+   `repair=True`.
 3. **Soft pass**: the strategies run in order, each only while the history is above the target, with the
    pins and the `keep` part protected.
 4. **Second pass**: if the history is still above the target (the soft pass stopped short of it: the `keep` part,
@@ -31,8 +33,10 @@ The ladder, in order:
    one more like it: `shorten.last_resort`): unpinned ones first, then pinned ones, the latest request last, the
    largest first in each group; the system prompt never. When cutting cannot make it fit (the pins alone are
    over the budget), only what is not pinned is cut, its text to the marker (tool calls kept, the progress note
-   made terse), and `fits` is False and `stop_reason` is "pinned_over_budget": given up only once no valid move
-   is left.
+   made terse). Then, if it still does not fit, the drop markers are left out one at a time, cutting again from
+   before those cuts after each (`strategies.drop.leave_out_marker`: a marker is optional, fitting is not; kept
+   only if the history then fits). Otherwise `fits` is False and `stop_reason` is "pinned_over_budget": given up
+   only once no valid move is left.
 6. The whole list is checked again; a violation here is a bug and raises `CompactionInvariantError`. A
    compaction never returns a history larger than its input (notes and markers that would cost more than what
    they stand for), unless it repaired the input: the input comes back as it is, stop reason "nothing_removable"
@@ -51,6 +55,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, deduplicate, detail, duplicates
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
+from lc_compaction.markers import is_dropped_marker
 from lc_compaction.offload import (
     OffloadKeys,
     OffloadRecord,
@@ -66,9 +71,11 @@ from lc_compaction.structure import (
     check_invariants,
     ensure_ids,
     normalize_system_messages,
+    place_system_notes,
     repair_history,
 )
 from lc_compaction.shorten import last_resort
+from lc_compaction.strategies.drop import leave_out_marker
 from lc_compaction.tokens import MessageCounter, StructuredCounter
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
 
@@ -311,6 +318,8 @@ class _Compaction:
             leftover = check_invariants(msgs)
             if leftover:  # repair could not fix it: never go on with a broken history
                 raise InvalidHistoryError(leftover)
+        msgs, moved = place_system_notes(msgs)  # a note in a thinking loop: before a step that can follow it
+        self.repairs.extend(moved)
         msgs = ensure_ids(msgs, self.repairs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         counts = self.counts
@@ -365,9 +374,23 @@ class _Compaction:
         st.pass_name = "hard" if self.over_budget() else "relaxed"
 
     def last_resort(self) -> None:
-        """Cut messages in place until the history fits the token budget (`shorten.last_resort`)."""
-        if self.state is not None and self.budget is not None:
-            last_resort(self.state, self.budget, self.goal_tokens)
+        """Cut messages in place until the history fits the token budget (`shorten.last_resort`); when it cannot,
+        leave out drop markers one at a time (`strategies.drop.leave_out_marker`: a marker is optional, fitting is
+        not), each time cutting again from the history as it was before the cuts, and keep the first attempt that
+        fits (none fits: the cuts alone stay)."""
+        st, budget = self.state, self.budget
+        if st is None or budget is None:
+            return
+        before = st.fork() if any(is_dropped_marker(m) for m in st.messages) else None
+        last_resort(st, budget, self.goal_tokens)
+        if st.total() <= budget or before is None:
+            return
+        while leave_out_marker(before):
+            attempt = before.fork()
+            last_resort(attempt, budget, self.goal_tokens)
+            if attempt.total() <= budget:
+                self.state = attempt
+                return
 
     def ladder(self) -> Iterator[Strategy]:
         """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the
@@ -410,7 +433,8 @@ class _Compaction:
         else:
             reason = "under_target"
         orig_by_id = {m.id: m for m in self.original if m.id}
-        removed = [orig_by_id.get(m.id, m) if m.id else m for m in st.removed]
+        removed = [orig_by_id.get(m.id, m) if m.id else m for m in st.removed
+                   if m.id in orig_by_id or not is_dropped_marker(m)]  # a marker this call wrote is no input
         summary = st.details.pop("summary", None)
         messages = st.messages
         tally = CountTally.of(messages, st.total() - self.fixed, self.counter, [s.tokens for s in st.slots])

@@ -8,25 +8,29 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
-from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
+from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
 from lc_compaction.dedup import referenced, restore_references, same_as
 from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
     CompactionInvariantError,
     Step,
+    UserOrAssistant,
     call_ids,
     check_invariants,
     is_request,
     split_exchanges,
     split_steps,
+    turn_before,
+    turn_from,
 )
 from lc_compaction.tokens import TokenCounter
 
@@ -144,6 +148,16 @@ class LadderState:
         self._shape = 0  # incremented on every structural change
         self._checked_shape = 0  # the ladder validates its input before the first strategy
         self._steps: tuple[int, list[Step]] | None = None
+
+    def fork(self) -> LadderState:
+        """A copy to try changes on (the history, its figures, actions and details copied; the messages, the counter
+        and `memo` shared): adopt it when the attempt is kept, else drop it."""
+        new = copy.copy(self)
+        new.slots = list(self.slots)
+        new.actions = list(self.actions)
+        new.removed = list(self.removed)
+        new.details = copy.deepcopy(self.details)
+        return new
 
     # -------------------------------------------------------------- reading
     @property
@@ -292,8 +306,8 @@ class LadderState:
 
     def summary_runs(self, indices: Sequence[int]) -> list[SummaryRun]:
         """The runs of consecutive messages among `indices` (the messages a summary would replace), in order,
-        each with its neighbours once they are gone and the role a summary in its place would take
-        (`summary_role`)."""
+        each with its neighbours once they are gone and the roles of the nearest turns on each side (what the role
+        a summary in its place would take depends on: `summary_role`)."""
         msgs = self.messages
         n = len(msgs)
         runs: list[list[int]] = []
@@ -306,7 +320,7 @@ class LadderState:
         for run in runs:
             before = msgs[run[0] - 1] if run[0] > 0 else None
             after = msgs[run[-1] + 1] if run[-1] + 1 < n else None
-            out.append(SummaryRun(run, before, after))
+            out.append(SummaryRun(run, before, after, turn_before(msgs, run[0]), turn_from(msgs, run[-1] + 1)))
         return out
 
     def put_summary(self, indices: Sequence[int], summary: BaseMessage, *, strategy: str, detail: str = "",
@@ -399,23 +413,34 @@ def _start(message: BaseMessage | None) -> bool:
     return message is None or kind(message) == SYSTEM
 
 
-def summary_role(before: BaseMessage | None, after: BaseMessage | None, preferred: str) -> str | None:
+Turns = tuple[Optional[UserOrAssistant], Optional[UserOrAssistant]]
+"""The roles of the nearest turns before and after a place (`structure.turn_before` / `turn_from`)."""
+
+
+def summary_role(before: BaseMessage | None, after: BaseMessage | None, preferred: str,
+                 turns: Turns | None = None) -> str | None:
     """The role of a summary put between `before` and `after` (None: the start, or the end), or None when no role
     keeps the roles alternating there. `preferred` ("human" or "ai") is taken when it fits, else the other.
+    `turns`: the roles of the nearest user or assistant turns on each side (`structure.turn_role`: tool calls and
+    results are no turns), when known (`LadderState.summary_runs` gives them); None: only the neighbours count.
 
     The rule (issue 12: providers and chat templates that require alternating roles reject two user turns in a
     row; Gemini rejects a tool call right after an assistant turn; the first turn after the system prompt is the
-    user's):
-    - a user turn fits when neither neighbour is a user turn (the summary then answers nothing and asks nothing:
-      it sits between an assistant or tool turn and an assistant turn, or starts the conversation);
-    - an assistant turn fits after a user or tool turn and before a user turn (or at the end).
-    Between a user turn and an assistant turn nothing fits (`Summarize` folds such steps into a progress note
-    instead); nor right after the system prompt before a user turn.
+    user's; issue 20: the strict templates, Mistral's, also reject two assistant turns in a row, and check after
+    leaving out tool calls and results, so the turns on each side count, not only the neighbours):
+    - a user turn fits when neither neighbour nor nearest turn is a user turn (the summary then answers nothing and
+      asks nothing: it sits between assistant turns, or tool results whose turn is the assistant's, and an
+      assistant step, or starts the conversation);
+    - an assistant turn fits after a user or tool turn, the nearest turn before it the user's, and before a user
+      turn (or at the end).
+    Between a user turn and an assistant step nothing fits (`Summarize` folds such steps into a progress note
+    instead: `SummaryRun.folds_instead`); nor right after the system prompt before a user turn.
     """
+    before_turn, after_turn = turns if turns is not None else (None, None)
     fits = {
-        "human": not _user_turn(before) and not _user_turn(after),
+        "human": not _user_turn(before) and not _user_turn(after) and before_turn != "user" and after_turn != "user",
         "ai": (_user_turn(before) or (before is not None and kind(before) == TOOL))
-              and (after is None or _user_turn(after)),
+              and (after is None or _user_turn(after)) and (turns is None or before_turn == "user"),
     }
     if fits.get(preferred):
         return preferred
@@ -425,22 +450,32 @@ def summary_role(before: BaseMessage | None, after: BaseMessage | None, preferre
 
 @dataclass
 class SummaryRun:
-    """A run of consecutive messages a summary would replace (`LadderState.summary_runs`): their indices, and
-    their neighbours once they are gone (None: the start or the end of the history)."""
+    """A run of consecutive messages a summary would replace (`LadderState.summary_runs`): their indices, their
+    neighbours once they are gone (None: the start or the end of the history), and the roles of the nearest turns
+    on each side (`structure.turn_before` / `turn_from`; None: none)."""
 
     indices: list[int]
     before: BaseMessage | None
     after: BaseMessage | None
+    before_turn: UserOrAssistant | None = None
+    after_turn: UserOrAssistant | None = None
 
     def role(self, preferred: str) -> str | None:
         """The role a summary in place of this run takes (`summary_role`), or None when none fits."""
-        return summary_role(self.before, self.after, preferred)
+        return summary_role(self.before, self.after, preferred, (self.before_turn, self.after_turn))
 
     def breaks_order(self) -> bool:
-        """Whether removing the run without a summary in its place would put two user turns side by side, or
-        leave the first turn after the system prompt not the user's."""
-        return (_user_turn(self.before) and _user_turn(self.after)) or (_start(self.before)
-                                                                          and not _user_turn(self.after))
+        """Whether removing the run without a summary in its place would put two user turns, or two assistant
+        turns, side by side (tool calls and results left out), or leave the first turn after the system prompt not
+        the user's."""
+        return (self.before_turn is not None and self.before_turn == self.after_turn) or (
+            _start(self.before) and not _user_turn(self.after))
+
+    def folds_instead(self) -> bool:
+        """Whether the run lies between a user turn and a later assistant message (the first steps of an exchange's
+        answer, after its request or its tool results): no summary role fits there, so its steps are folded into
+        a progress note in that assistant message (`progress.fold_steps`)."""
+        return self.before_turn == "user" and self.after is not None and kind(self.after) == AI
 
 
 def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
@@ -455,7 +490,9 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     rule 3; its results may be truncated and its text cut, its thinking blocks never are), and the
     request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
     `keep_from` on, moved back to the start of its step, and the step of every earlier copy that a kept
-    deduplication note points at (`dedup.referenced`).
+    deduplication note points at (`dedup.referenced`). The first assistant step after the latest request's last
+    mid-history system note is pinned too when it starts with a thinking block: Anthropic starts a turn at that
+    note (a user message with text), and that step opens it.
     """
     msgs = [s.message for s in slots]
     steps = split_steps(msgs) if steps is None else steps
@@ -492,6 +529,13 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
         active = next((st for st in steps if st.start > requests[-1] and st.kind == "assistant"), None)
         if active is not None and starts_with_thinking(msgs[active.start]) and not running_steps(msgs, steps):
             for i in active.indices:
+                slots[i].pinned = True
+        # ... and the one after its last mid-history system note: a user message with text, where Anthropic starts
+        # a new turn (`structure.place_system_notes`)
+        notes = [st.start for st in steps if st.start > requests[-1] and st.kind == "system"]
+        opened = next((st for st in steps if notes and st.start > notes[-1] and st.kind == "assistant"), None)
+        if opened is not None and starts_with_thinking(msgs[opened.start]):
+            for i in opened.indices:
                 slots[i].pinned = True
     for i, flag in enumerate(pinned_by_caller):
         if flag:

@@ -41,7 +41,9 @@ calls would break Gemini's rule that a tool call follows a user or tool turn; a 
 request would put two user turns side by side (chat templates that require alternating roles reject it); and a
 synthetic tool call (a call to a "progress" tool with the note as its result) names a tool the model was not
 given, which some providers reject and which a model may try to call. Anthropic requires an assistant message's
-thinking blocks first, so the note goes after them; the thinking blocks themselves are not changed.
+thinking blocks first, so the note goes after them; an OpenAI Responses reasoning item must stay right before the
+item it pairs with (its call or its message), so the note goes before it (`_content.with_text_first`, which also
+covers langchain-openai's v0.3 layout); the thinking and reasoning blocks themselves are not changed.
 
 The note is byte-stable: its text is `markers.PROGRESS_PREFIX` and one line per call, in the order the calls were
 made, built only from the calls and their results (no counters, times or unordered sets). A later call that folds
@@ -63,11 +65,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._content import (
     FAILURE_RE,
-    THINKING_BLOCKS,
+    OUTPUT_TEXT_BLOCKS,
     block_type,
     content_text,
     starts_with_thinking,
     tool_failure,
+    with_text_first,
 )
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
@@ -310,7 +313,7 @@ def _note_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content.split("\n\n", 1)[0] if is_progress_text(content) else None
     for block in content:
-        text = block.get("text") if isinstance(block, dict) and block_type(block) == "text" else block
+        text = block.get("text") if isinstance(block, dict) and block_type(block) in OUTPUT_TEXT_BLOCKS else block
         if is_progress_text(text):
             return text
     return None
@@ -344,19 +347,12 @@ def without_note(message: AIMessage) -> AIMessage:
 
 
 def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
-    """A copy of `message` whose content starts (after its leading thinking blocks) with the progress note of
-    `lines`; an earlier note in it is replaced. Marked `additional_kwargs["lc_compaction"]["progress_note"]`
+    """A copy of `message` whose content starts (after its leading thinking blocks, before an OpenAI Responses
+    reasoning item, which stays right before the item it pairs with: `_content.with_text_first`) with the progress
+    note of `lines`; an earlier note in it is replaced. Marked `additional_kwargs["lc_compaction"]["progress_note"]`
     with the number of calls it names."""
     message = without_note(message)
-    note = "\n".join([PROGRESS_PREFIX, *lines])
-    content = message.content
-    if isinstance(content, str):
-        new: Any = note + ("\n\n" + content if content else "")
-    else:
-        lead = 0
-        while lead < len(content) and block_type(content[lead]) in THINKING_BLOCKS:
-            lead += 1
-        new = [*content[:lead], {"type": "text", "text": note}, *content[lead:]]
+    new = with_text_first(message, "\n".join([PROGRESS_PREFIX, *lines]))
     kwargs = dict(message.additional_kwargs or {})
     kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "progress_note": len(lines)}
     return message.model_copy(update={"content": new, "additional_kwargs": kwargs})

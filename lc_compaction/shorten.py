@@ -6,9 +6,11 @@ and a marker says how much went (`markers.SHORTENED_MARKER`), and its `response_
 result also `"failure": "error (exit code 2)"` (`_content.tool_failure`: what the cut text may no longer show).
 With offload on, the original is written to the store before the cut is used (`lc_compaction.offload`): the
 marker then also names the recall tool and the handle (`offload.recall_hint`), and the mark has `"offloaded": {}`.
-Content blocks keep their structure: text blocks (and text documents) are cut in order, tool-use and reasoning
-blocks are kept, and media blocks (images, files, audio) are removed, oldest first and only as many as needed, when
-cutting the text alone cannot get the message small enough; the marker names them.
+Content blocks keep their structure: text blocks (and text documents) are cut in order (a text block right after
+an OpenAI Responses reasoning item keeps its place and id when cut to nothing, the first such one holding the
+marker: the reasoning stays right before the item it pairs with, `_content.is_paired_reasoning`), tool-use and
+reasoning blocks are kept, and media blocks (images, files, audio) are removed, oldest first and only as many as
+needed, when cutting the text alone cannot get the message small enough; the marker names them.
 
 Tool-call arguments are cut last, when the text and the media alone cannot make the message fit (a `write_file`
 call whose arguments exceed the window): they stay a JSON object in `tool_calls[i]["args"]` with every top-level
@@ -35,6 +37,8 @@ from lc_compaction._content import (
     content_text,
     is_media,
     tool_failure,
+    is_paired_reasoning,
+    last_text_block,
     with_block_text,
 )
 from lc_compaction._kinds import TOOL, kind
@@ -235,6 +239,7 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         out: list[Any] = []
         budget = keep_chars
         to_drop = len(content) if drop_media is True else int(drop_media)
+        paired: list[int] = []  # blocks cut to nothing right after a Responses reasoning item (the first: the marker)
         for block in content:
             text = block_text(block)
             if text is None:
@@ -249,11 +254,18 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
                 continue
             if budget:
                 out.append(with_block_text(block, text[:budget]))
+            elif out and is_paired_reasoning(out[-1]):
+                paired.append(len(out))  # it keeps its place (the item the reasoning pairs with), empty
+                out.append(with_block_text(block, ""))
             budget = 0
         kept = keep_chars - budget
         removed = max(original - kept, 0)
         if removed or removed_blocks or not cut_ids or recall is not None:
-            out.append({"type": "text", "text": _marker(removed, removed_blocks, recall, what).strip()})
+            marker = _marker(removed, removed_blocks, recall, what).strip()
+            if paired:
+                out[paired[0]] = with_block_text(out[paired[0]], marker)
+            else:
+                out.append(last_text_block(message, marker))
         new_content = out
     meta = dict(message.response_metadata or {})
     previous = meta.get(MARK_KEY) if is_shortened(message) else None

@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from lc_compaction._content import TOOL_CALL_BLOCKS, block_type
+from lc_compaction._content import TOOL_CALL_BLOCKS, block_type, starts_with_thinking
 from lc_compaction._kinds import AI, HUMAN, REMOVE, SYSTEM, TOOL, kind
 from lc_compaction.markers import MARK_KEY, is_converted_system, is_summary
 
@@ -105,6 +105,44 @@ def is_request(message: BaseMessage) -> bool:
     HumanMessage (`normalize_system_messages`: an instruction, kept like the system prompt)."""
     return kind(message) == HUMAN and not is_summary(message) and not (
         message.additional_kwargs and is_converted_system(message))
+
+
+UserOrAssistant = Literal["user", "assistant"]
+
+
+def turn_role(message: BaseMessage) -> UserOrAssistant | None:
+    """The role a message takes in the alternation of user and assistant turns that strict chat templates check:
+    "user" for a HumanMessage (a request, a summary, a mid-history system message sent as one), "assistant" for an
+    AIMessage without tool calls, None for the rest (tool calls, tool results, system messages). The rule is that of
+    Mistral's instruct chat templates (Hugging Face, v0.3 with tools): after the optional system message, the
+    messages left when tool results and assistant messages with tool calls are set aside must alternate
+    user/assistant, starting with the user, or rendering raises "conversation roles must alternate
+    user/assistant/user/assistant/..."; vLLM and TGI servers apply such templates."""
+    k = kind(message)
+    if k == HUMAN:
+        return "user"
+    if k == AI and not call_ids(message):
+        return "assistant"
+    return None
+
+
+def turn_before(messages: Sequence[BaseMessage], i: int) -> UserOrAssistant | None:
+    """The role of the nearest turn (`turn_role`) before index `i`; None when only system messages, tool calls and
+    tool results come before it. O(distance to it), in messages."""
+    for j in range(i - 1, -1, -1):
+        role = turn_role(messages[j])
+        if role is not None:
+            return role
+    return None
+
+
+def turn_from(messages: Sequence[BaseMessage], i: int) -> UserOrAssistant | None:
+    """The role of the nearest turn (`turn_role`) at or after index `i`; None when none follows."""
+    for j in range(i, len(messages)):
+        role = turn_role(messages[j])
+        if role is not None:
+            return role
+    return None
 
 
 _CALL_FIELDS = ("tool_calls", "invalid_tool_calls")
@@ -327,6 +365,65 @@ def normalize_system_messages(messages: Sequence[BaseMessage], start: int = 0
     for i in hits:
         out[i] = _as_human(out[i])
         repairs.append(Repair("system_message_converted", i, detail="mid-history SystemMessage sent as a HumanMessage"))
+    return out, repairs
+
+
+def _is_note(message: BaseMessage) -> bool:
+    return kind(message) == HUMAN and bool(message.additional_kwargs) and is_converted_system(message)
+
+
+def place_system_notes(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
+    """Keep the converted mid-history system notes (`normalize_system_messages`) of a running tool loop that thinks
+    out of the steps that cannot follow them: return the messages with each such note moved, and one `Repair`
+    ("system_note_moved", the note's input index) a note; the list itself (no copy) when none moves.
+
+    The running loop: the assistant steps after the latest request while the history ends with their tool results;
+    it thinks when its first assistant message starts with a thinking block (`starts_with_thinking`). A note there
+    is a user message with text, and Anthropic starts a new turn at such a message: with thinking on, the first
+    assistant message after it must start with a thinking block (the API rejects it otherwise: "a final `assistant`
+    message must start with a thinking block"). So a note whose next assistant message does not start with one
+    goes right before the first later assistant message that does (where the model, having read it, opened the new
+    turn), else after the loop's last tool result (the model's next reply opens the new turn with its own thinking).
+
+    Why there, and not the other places: merged into a tool result, the system's words would read as a tool's
+    (and truncation would cut them); moved before the loop's first assistant step, the note would change the whole
+    loop's cached prefix, and tell the model it read the note before steps it took without it. Moving it later
+    changes the history only from the note's place on, and in an agent's own run it never moves: a note is
+    appended after the loop's results, and the model's reply to it starts with thinking. Elsewhere (a loop without
+    thinking, a finished request: Anthropic checks only the turn being continued) notes stay where they are.
+    O(len(messages))."""
+    n = len(messages)
+    request = next((i for i in range(n - 1, -1, -1) if is_request(messages[i])), None)
+    if request is None:
+        return list(messages) if not isinstance(messages, list) else messages, []
+    notes = [i for i in range(request + 1, n) if _is_note(messages[i])]
+    tail = next((i for i in range(n - 1, request, -1) if not _is_note(messages[i])), None)
+    first = next((i for i in range(request + 1, n) if kind(messages[i]) == AI), None)
+    if (not notes or tail is None or kind(messages[tail]) != TOOL or first is None
+            or not starts_with_thinking(messages[first])):
+        return messages if isinstance(messages, list) else list(messages), []
+    moves: dict[int, int] = {}  # note index -> index of the message it goes before (n: the end)
+    for i in notes:
+        following = [j for j in range(i + 1, n) if kind(messages[j]) == AI]
+        if not following or starts_with_thinking(messages[following[0]]):
+            continue
+        target = next((j for j in following if starts_with_thinking(messages[j])), n)
+        while target - 1 > i and _is_note(messages[target - 1]):
+            target -= 1  # after the notes already there (the notes keep their order)
+        moves[i] = target
+    if not moves:
+        return messages if isinstance(messages, list) else list(messages), []
+    out: list[BaseMessage] = []
+    repairs: list[Repair] = []
+    for j in range(n + 1):
+        for i in (k for k, target in moves.items() if target == j):
+            out.append(messages[i])
+            where = "after the running loop's last tool result" if j == n else \
+                f"before message {j}, the first later assistant message that starts with a thinking block"
+            repairs.append(Repair("system_note_moved", i,
+                                  detail=f"a system note in a thinking tool loop moved {where}"))
+        if j < n and j not in moves:
+            out.append(messages[j])
     return out, repairs
 
 

@@ -5,7 +5,8 @@
 - Call after call on a growing conversation (as rewrite mode stores it): never two markers, and the marker is the
   same message, byte for byte, on every call after it appeared (the provider's prompt cache keeps it).
 - Placement rule: never a HumanMessage, never right before an assistant tool call (steps dropped inside a
-  running tool loop leave none), never first after the system prompt, never last; on generated histories too.
+  running tool loop leave none), never beside another assistant turn (issue 20), never first after the system
+  prompt, never last; on generated histories too.
 - Recognized on later calls by its mark, or by its text alone after a round trip through the OpenAI format.
 - Through the LangGraph node: stored with the id of the first message it stands for, in the place of it.
 """
@@ -22,6 +23,7 @@ from langchain_core.messages import (
     BaseMessage,
     HumanMessage,
     SystemMessage,
+    ToolMessage,
     convert_to_messages,
     convert_to_openai_messages,
     message_to_dict,
@@ -46,7 +48,9 @@ def _markers(messages: list[BaseMessage]) -> list[int]:
 
 def _check_placement(messages: list[BaseMessage]) -> None:
     """The rule of strategies/drop.py: an AIMessage, not first after the system prompt, not last, followed by a
-    HumanMessage or an AIMessage without tool calls, never next to another marker."""
+    HumanMessage, with a HumanMessage as the nearest message before it that is not a tool call or result (an
+    assistant turn between two user turns: strict templates leave tool calls and results out), never next to
+    another marker."""
     for i in _markers(messages):
         m = messages[i]
         assert isinstance(m, AIMessage) and not m.tool_calls
@@ -54,8 +58,10 @@ def _check_placement(messages: list[BaseMessage]) -> None:
         assert isinstance(m.content, str) and (m.content.split("\n", 1)[0] == DROPPED_TEXT or is_shortened(m))
         assert 0 < i < len(messages) - 1, f"marker at {i} of {len(messages)}"
         assert not isinstance(messages[i - 1], SystemMessage) and not is_dropped_marker(messages[i - 1])
-        after = messages[i + 1]
-        assert isinstance(after, HumanMessage) or (isinstance(after, AIMessage) and not after.tool_calls), after
+        assert isinstance(messages[i + 1], HumanMessage), messages[i + 1]
+        before = next(m for m in reversed(messages[:i]) if not isinstance(m, ToolMessage)
+                      and not (isinstance(m, AIMessage) and (m.tool_calls or m.invalid_tool_calls)))
+        assert isinstance(before, HumanMessage), before
 
 
 def test_dropped_exchanges_leave_one_marker_counted_in_the_budget() -> None:

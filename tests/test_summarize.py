@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, summary_text
+from lc_compaction.progress import note_lines
 from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.prompts import PRESETS
@@ -452,18 +453,35 @@ def test_the_summary_message_is_marked_and_takes_the_role_its_place_calls_for():
         before, after = result.messages[i - 1], result.messages[i + 1]
         assert isinstance(before, HumanMessage) and isinstance(after, HumanMessage)  # it sits between two requests
         assert isinstance(message, AIMessage) and result.details["summary_role"] == "ai"
-    # where the preferred user turn fits (after tool results, before an assistant step), it is taken
+    # tool results are no turns (issue 20: strict templates leave them out before checking): after the request's
+    # tool results a user turn would be a second one after the request, so the steps there are folded into a
+    # progress note and the summary is the assistant turn before the next request, whatever the preference
     def call(k: int) -> AIMessage:
         return AIMessage("", tool_calls=[{"name": "f", "args": {"k": k}, "id": f"c{k}"}], id=f"a{k}")
 
     msgs = [SystemMessage("s", id="s"), HumanMessage("do it", id="h1"), call(1), ToolMessage("r", tool_call_id="c1"),
             call(2), ToolMessage("r " * 400, tool_call_id="c2", id="t2"), call(3), ToolMessage("r", tool_call_id="c3"),
             AIMessage("done " * 200, id="a4"), HumanMessage("next", id="h2")]
-    result = compact(msgs, CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 600), keep=("messages", 1),
-                                            pin={"a1", "a3"}, strategies=[fast(model=ScriptedModel(script=["S."]))]))
-    (message,) = summaries(result.messages)
-    assert [m.id for m in result.messages] == ["s", "h1", "a1", msgs[3].id, message.id, "a3", msgs[7].id, "h2"]
-    assert isinstance(message, HumanMessage) and result.details["summary_role"] == "human"
+    for preferred in ("human", "ai"):
+        result = compact(msgs, CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 600), keep=("messages", 1),
+                                                pin={"a1", "a3"}, strategies=[fast(model=ScriptedModel(script=["S."]),
+                                                                                   role=preferred)]))
+        (message,) = summaries(result.messages)
+        assert [m.id for m in result.messages] == ["s", "h1", "a1", msgs[3].id, "a3", msgs[7].id, message.id, "h2"]
+        assert isinstance(message, AIMessage) and result.details["summary_role"] == "ai"
+        assert note_lines(result.messages[4]) and "a2" in {m.id for m in result.removed}  # folded into a3's note
+    # a user turn fits between two assistant turns (a reply, then a tool loop, then the next reply: the run between
+    # them), whatever the preference
+    msgs = [SystemMessage("s", id="s"), HumanMessage("do it", id="h1"), AIMessage("On it.", id="intro"), call(1),
+            ToolMessage("r", tool_call_id="c1"), call(2), ToolMessage("r " * 800, tool_call_id="c2", id="t2"),
+            call(3), ToolMessage("r", tool_call_id="c3"), AIMessage("done", id="a4"), HumanMessage("next", id="h2")]
+    for preferred in ("human", "ai"):
+        summarize = fast(model=ScriptedModel(script=["S."]), role=preferred)
+        result = compact(msgs, CompactionPolicy(max_input_tokens=100_000, trigger=("tokens", 600), keep=("messages", 1),
+                                                pin={"intro", "a4"}, strategies=[summarize]))
+        (message,) = summaries(result.messages)
+        assert [m.id for m in result.messages] == ["s", "h1", "intro", "a1", msgs[4].id, message.id, "a4", "h2"]
+        assert isinstance(message, HumanMessage) and result.details["summary_role"] == "human"
     with pytest.raises(ValueError, match="system"):
         Summarize(role="system")
 

@@ -243,21 +243,21 @@ def test_the_summary_role_stays_configurable_and_the_fence_holds_in_both():
         cls = HumanMessage if expected == "human" else AIMessage
         assert result.details["summary_role"] == expected and isinstance(message, cls)
         assert IBAN not in outside_fences(message.content)
-    # a summary in a user turn (between tool results and the next assistant step, the steps around it pinned)
-    # holds the fence too
+    # a summary in a user turn (between two assistant turns: a reply, then a tool loop, then the next reply, the
+    # steps around it pinned) holds the fence too
     msgs = [SystemMessage("You are a banking assistant.", id="sys"),
-            HumanMessage("Please pay my bills from the inbox.", id="h0")]
+            HumanMessage("Please pay my bills from the inbox.", id="h0"), AIMessage("Reading the inbox.", id="intro")]
     for k in range(5):
         body = INJECTION if k == 2 else f"Bill {k}: electricity, amount due EUR {100 + k}. " + "details " * 400
         msgs += [AIMessage("", id=f"a{k}", tool_calls=[{"name": "read_inbox", "args": {"n": k}, "id": f"c{k}"}]),
                  ToolMessage(body, tool_call_id=f"c{k}", id=f"t{k}")]
     msgs += [AIMessage("All bills read.", id="done"), HumanMessage("Thanks, now the next one.", id="h1")]
     for role in ("human", "ai"):
-        result = compact(msgs, CompactionPolicy(max_input_tokens=WINDOW, keep=("messages", 1), pin={"a0", "a4"},
+        result = compact(msgs, CompactionPolicy(max_input_tokens=WINDOW, keep=("messages", 1), pin={"intro", "done"},
                                                 strategies=[Summarize(role=role)]))
         (message,) = [m for m in result.messages if is_summary(m)]
         assert isinstance(message, HumanMessage) and result.details["summary_role"] == "human"
-        assert IBAN in msgs[7].content and IBAN not in outside_fences(message.content)
+        assert IBAN in msgs[8].content and IBAN not in outside_fences(message.content)
 
 
 # ----------------------------------------------------------------------------------------------------- redact

@@ -21,15 +21,26 @@ old request and a much later one, and which identifiers it had seen there (`leav
   of the newly dropped messages, with the same id. The marker depends only on the messages it stands for (and on
   whether the user said an identifier anywhere in the history), so a replay of the same history gives the same
   bytes, and a marker no drop extends is byte-identical from call to call;
-- an AIMessage, placed only where the provider order rules still hold: right before a HumanMessage (a request or
-  a summary) or before an AIMessage that makes no tool call, never first after the system prompt and never last.
-  So it is never a second HumanMessage after another, never between a tool call and its results (whole steps
-  go), and never an assistant message right before an assistant tool call (Gemini: a tool call follows a user or
-  tool turn). Where the next kept message is an assistant tool call (steps dropped inside an older tool loop),
-  no marker is left there: the identifiers of that run (and of any marker inside it) go to the next marker
-  placed after it in the same drop, else to the one placed before it, else to the nearest marker the history
-  keeps (measured on the shared traces with the default policy at 4,000 to 32,000 tokens: no drop ever had such a
-  run; generated histories do).
+- an AIMessage, placed only where the provider order rules still hold (`marker_fits`): right before a
+  HumanMessage (a request or a summary), with a user turn as the nearest turn before it (`structure.turn_before`:
+  tool calls and results are no turns), never first after the system prompt and never last. So it is never a
+  second HumanMessage after another, never between a tool call and its results (whole steps go), never an
+  assistant message right before an assistant tool call (Gemini: a tool call follows a user or tool turn), and
+  never a second assistant turn beside another (chat templates that require strictly alternating roles, Mistral's
+  and the vLLM / TGI servers that apply them, reject two assistant turns in a row just as two user turns: they
+  leave out tool calls and results before they check, `structure.turn_role`). That is exactly where the drop
+  needs it for the roles to alternate: the dropped run held the assistant turn between two user turns. Where the
+  next kept message is an assistant message (a tool call, or a reply: steps dropped inside an older tool loop,
+  which hold no turn, so the roles alternate without a marker), or the turn before it is the assistant's, no
+  marker is left there: the identifiers of that run (and of any marker inside it) go to the next marker placed
+  after it in the same drop, else to the one placed before it, else to the nearest marker the history keeps; with
+  no marker at all, its steps are folded into a progress note in the assistant message after them instead (the
+  marker merged into that message: `MarkerPlan.fold`), or stay when no such message follows. (Measured on
+  the shared traces with the default policy at 4,000 to 32,000 tokens: no drop ever had a run before a tool call;
+  generated histories do.)
+- optional, unlike fitting: when the history is still over the budget after the last resort, the markers are left
+  out, one at a time (`leave_out_marker`, called by `compact`), until it fits. A marker the roles need is left out
+  last, and then `details["roles_not_alternating"]` says where two user turns meet.
 
 The running request's steps are never removed: in the second pass, when the history is still over the limit
 (budget or trigger), its oldest steps are folded into its progress note instead (`progress.keep_progress`). The
@@ -45,7 +56,7 @@ from dataclasses import dataclass, field
 from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import content_text
-from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
+from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
 from lc_compaction._presence import Presence, presence
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
@@ -60,7 +71,7 @@ from lc_compaction.strategies.facts import (
     tool_of,
     trust,
 )
-from lc_compaction.structure import call_ids
+from lc_compaction.structure import turn_before, turn_from
 
 DEFAULT_MARKER_CHARS = 2_000
 """Default bound of the identifiers a drop marker lists, in characters (`FactGuard.facts_line` with characters as
@@ -158,14 +169,36 @@ class DropOldExchanges(SyncStrategy):
 
 
 # ------------------------------------------------------------------------------------ the drop marker
+def leave_out_marker(state: LadderState) -> bool:
+    """Remove one drop marker from `state` (a marker is optional; fitting the budget is not: `compact` calls this
+    when the last resort cannot make the history fit, module docstring); whether there was one to remove (pinned
+    ones stay). The markers the roles do not need go first (removing one does not put two user turns side by side),
+    the largest first; a marker they need goes only after those, and then `details["roles_not_alternating"]` lists
+    the two messages that meet ("<id> then <id>")."""
+    msgs = state.messages
+    found = [i for i, m in enumerate(msgs) if is_dropped_marker(m) and not state.slots[i].pinned]
+    if not found:
+        return False
+
+    def needed(i: int) -> bool:
+        return turn_before(msgs, i) == "user" and turn_from(msgs, i + 1) == "user"
+
+    i = min(found, key=lambda k: (needed(k), -state.slots[k].tokens))
+    if needed(i):
+        before = next(m for m in reversed(msgs[:i]) if kind(m) == HUMAN)
+        after = next(m for m in msgs[i + 1:] if kind(m) == HUMAN)
+        state.details.setdefault("roles_not_alternating", []).append(f"{before.id} then {after.id}")
+    state.remove([i], strategy="last_resort", detail="drop marker left out to fit the budget")
+    return True
+
+
 def marker_fits(messages: Sequence[BaseMessage], start: int, end: int) -> bool:
     """Whether a marker (an AIMessage) may stand in place of `messages[start:end]` under the provider order rules
-    (module docstring): after a message that is not a system prompt, before a HumanMessage or an AIMessage
-    without tool calls."""
+    (module docstring): after a message that is not a system prompt, with a user turn as the nearest turn before
+    it, and before a HumanMessage (an assistant turn between two user turns)."""
     if start == 0 or end >= len(messages) or kind(messages[start - 1]) == SYSTEM:
         return False
-    after = messages[end]
-    return kind(after) == HUMAN or (kind(after) == AI and not call_ids(after))  # invalid calls are calls too
+    return kind(messages[end]) == HUMAN and turn_before(messages, start) == "user"
 
 
 @dataclass

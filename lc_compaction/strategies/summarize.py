@@ -422,8 +422,9 @@ class Summarize:
     def _place(self, state: LadderState, indices: list[int]) -> _Place:
         """Where the summary of `indices` goes (see the module docstring and `ladder.summary_role`).
 
-        The replaced messages form runs. A run between a request and an assistant message of the same exchange
-        (its first steps, when later ones stay) admits no role: it is folded into a progress note. The summary
+        The replaced messages form runs. A run between a user turn and an assistant message (an exchange's
+        steps after its request or its tool results, when later ones stay: `SummaryRun.folds_instead`) admits no
+        role: it is folded into a progress note. The summary
         takes the place of the first run whose removal alone would let two user turns meet (or leave the first
         turn after the system prompt not the user's), else of the first run that holds conversation messages and
         where a role fits. A later run whose removal alone would break the order is left in place."""
@@ -431,8 +432,7 @@ class Summarize:
         steps = {st.start: st for st in state.steps()}
         runs, folds = [], []
         for run in state.summary_runs(indices):
-            if (run.before is not None and run.before.type == "human" and run.after is not None
-                    and run.after.type == "ai" and self._whole_steps(run.indices, steps)):
+            if run.folds_instead() and self._whole_steps(run.indices, steps):
                 folds.append([msgs[i].id or "" for i in run.indices])
             else:
                 runs.append(run)
