@@ -1,172 +1,276 @@
-"""Every ```python block of the README runs as written, as a reader would run it: the blocks of one `## `
-section in order, in a fresh namespace (a section's examples may continue one another, never another
-section's), and `test_every_python_block_is_run` fails when a section with code has no test here.
+"""Every ```python block of the README and of the docs site's pages (docs/**/*.md) runs alone, as a reader who
+copies only that block runs it: each in a fresh namespace, in an empty folder, with nothing from the blocks
+above it. A block the test cannot run says why in the page, in an HTML comment right before its fence
+(`<!-- not run: needs a PostgreSQL server ... -->`), and the test skips it with that reason.
 
 The blocks use `ChatOpenAI`; the tests point it at a local OpenAI-compatible server on 127.0.0.1 (no network)
-and check what went over the wire: valid chat requests, with the tool schemas, the compaction event the
-last agent block prints, the history a chat-history chain sends. The README's `lc-compaction replay` lines run
-too, in a folder holding the files they name; the install lines name only extras pyproject.toml defines.
+and check what went over the wire: valid chat requests, the tool schemas the agents send, the compaction event
+the events example prints, the history a chat-history chain sends. Some blocks have checks of their own
+(`CHECKS`, found by a piece of their code). The `lc-compaction` command lines of the README and of the CLI page
+run too, in a folder holding the files they name; the install lines name only extras pyproject.toml defines.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.agent_replay import ScriptedOpenAIServer
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))
+"""The Markdown files whose python blocks are run: the README and every page of the docs site."""
+
+FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
+NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*\Z", re.S)
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One ```python block of a page: where it is (path, 1-based line of its fence), its code, and why the tests
+    do not run it (the text of a `<!-- not run: ... -->` comment right before the fence), or None."""
+
+    path: Path
+    line: int
+    code: str
+    not_run: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def page_snippets(path: Path, text: str | None = None) -> list[Snippet]:
+    """The ```python blocks of one Markdown file, in order (`text`: its text, read from `path` if None)."""
+    text = path.read_text(encoding="utf-8") if text is None else text
+    found = []
+    for match in FENCE.finditer(text):
+        reason = NOT_RUN.search(text[:match.start()])
+        found.append(Snippet(path, text.count("\n", 0, match.start()) + 1, match.group(1),
+                             reason.group(1) if reason else None))
+    return found
+
+
+SNIPPETS = [snippet for page in PAGES for snippet in page_snippets(page)]
 
 
 def section(title: str, path: Path = README) -> str:
-    """The text of the README section whose `## ` heading starts with `title`, up to the next `## ` heading."""
+    """The text of the section of `path` whose `## ` heading starts with `title`, up to the next `## ` heading."""
     text = path.read_text(encoding="utf-8")
     start = text.index("\n## " + title)
     end = text.find("\n## ", start + 4)
     return text[start:end if end != -1 else len(text)]
 
 
-def python_blocks(title: str = "Add it to an agent") -> list[str]:
-    """The code of every ```python block of one README section, in order."""
-    return BLOCK.findall(section(title))
+# --- checks of particular blocks: what the block shows must be what it does ------------------------------------
+
+Verify = Callable[[dict, ScriptedOpenAIServer, Path, str], None]
+"""(the block's namespace, the local model server, the folder it ran in, what it printed) -> None (asserts)."""
 
 
-def run_section(title: str) -> dict:
-    """Run every ```python block of one README section, in order, in one fresh namespace; that namespace."""
-    namespace: dict = {"__name__": "readme"}
-    blocks = python_blocks(title)
-    assert blocks, f"README section {title!r} has no python block"
-    for i, code in enumerate(blocks):
-        try:
-            exec(compile(code, f"{README.name}[{title} {i}]", "exec"), namespace)
-        except Exception as exc:  # name the block that failed
-            raise AssertionError(f"README {title!r} block {i} failed: {exc!r}\n{code}") from exc
-    return namespace
+@dataclass(frozen=True)
+class Check:
+    marker: str
+    """A piece of code that only the blocks this check is for hold."""
+    verify: Verify
+    replies: tuple[str, ...] = ()
+    """The local model's replies, in order (then `default`)."""
+    default: str = "Sunny in Lyon."
 
 
-TESTED_SECTIONS = ("Use it from Python", "Add it to an agent", "Summarize", "Chat histories",
-                   "Replay recorded conversations", "Explore it in notebooks")
-"""The `## ` sections whose python blocks the tests below run (each test runs all blocks of its section)."""
+def tools_sent(server: ScriptedOpenAIServer) -> set[str]:
+    return {t["function"]["name"] for body in server.requests for t in body.get("tools", [])}
 
 
-def test_every_python_block_is_run() -> None:
-    text = README.read_text(encoding="utf-8")
-    for match in BLOCK.finditer(text):
-        title = text[:match.start()].rsplit("\n## ", 1)[1].split("\n", 1)[0]
-        assert title.startswith(TESTED_SECTIONS), f"README section {title!r} has python code no test runs"
-
-
-@pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
-def test_readme_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    blocks = python_blocks()
-    assert len(blocks) >= 6, "the README should show each front door"
-    monkeypatch.chdir(tmp_path)  # the persistence example writes chat.sqlite
-    with ScriptedOpenAIServer(default="Sunny in Lyon.") as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        namespace: dict = {"__name__": "readme"}
-        for i, code in enumerate(blocks):
-            try:
-                exec(compile(code, f"{README.name}[block {i}]", "exec"), namespace)
-            except Exception as exc:  # name the block that failed
-                raise AssertionError(f"README block {i} failed: {exc!r}\n{code}") from exc
-    assert (tmp_path / "chat.sqlite").exists()
-    assert len(server.requests) >= 5
-    for body in server.requests:
-        roles = [m["role"] for m in body["messages"]]
-        assert roles and set(roles) <= {"system", "user", "assistant", "tool"}
-        assert "user" in roles
-    assert any([t["function"]["name"] for t in body.get("tools", [])] == ["get_weather"] for body in server.requests)
-    last = server.requests[-1]
-    assert len(last["messages"]) < 21, "the last example sends a compacted history"
-    assert re.search(r"^compacted under_\w+ \d+ -> \d+$", capsys.readouterr().out, re.M)
-
-
-def test_readme_core_example_runs() -> None:
-    """The `compact()` example of the README runs as shown and compacts the history it builds."""
-    result = run_section("Use it from Python")["result"]
+def check_core_example(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    result = ns["result"]
     assert result.triggered and result.tokens_after < result.tokens_before
     assert result.fits and result.stop_reason == "under_target"
+    assert not server.requests  # the core calls no model
 
 
-def test_readme_summarize_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Summarize examples: a recorded conversation over the window is summarized by the model (here the
-    local server), the summary is its reply plus the fact guard's line; the FactGuard example builds."""
-    reply = "The customer asked to change a reservation; the agent checked the flights."
-    with ScriptedOpenAIServer(default=reply) as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        namespace = run_section("Summarize")
-    result = namespace["result"]
+def check_agent(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert server.requests, "the agent called its model"
+    assert tools_sent(server) == {"get_weather"}
+
+
+def check_graph(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert len(server.requests) == 1
+    assert [m["content"] for m in server.requests[0]["messages"]] == ["Hello!"]
+
+
+def check_checkpoint(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert (cwd / "chat.sqlite").exists()
+    assert ns["agent"].get_state(ns["config"]).values["compaction"]["last"]["reason"] == "under_trigger"
+
+
+def check_offload(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert tools_sent(server) == {"get_weather", "recall_tool_result"}  # the recall tool reaches the model
+
+
+def check_events(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert re.search(r"^compacted under_\w+ \d+ -> \d+$", out, re.M), out
+    assert len(server.requests[-1]["messages"]) < 21, "the model is sent a compacted history"
+
+
+SUMMARY_REPLY = "The customer asked to change a reservation; the agent checked the flights."
+
+
+def check_summarize(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    result = ns["result"]
     assert result.compacted and result.fits and result.tokens_after < result.tokens_before
-    assert result.details["summarizer"] == "model" and result.summary.startswith(reply)
+    assert result.details["summarizer"] == "model" and result.summary.startswith(SUMMARY_REPLY)
     assert server.requests and all("tools" not in body for body in server.requests)  # the summarizer sends none
-    guard = namespace["FactGuard"]({"ticket": r"\bTCK-\d+\b"})
+
+
+def check_fact_guard(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    guard = ns["FactGuard"]({"ticket": r"\bTCK-\d+\b"})
     assert [i.value for i in guard.extract("see TCK-12 and TCK-7")] == ["TCK-12", "TCK-7"]
 
 
-def test_readme_fence_example_runs_alone() -> None:
-    """The fence example ("Tool output never speaks as the user") runs on its own, in a fresh namespace with
-    nothing from the blocks above it, as a reader who copies only it runs it; the summary it writes holds tool
-    data inside the fence, and the part outside the fences is the rest."""
-    (code,) = [b for b in python_blocks("Summarize") if "UNTRUSTED_DATA_FENCE" in b]
-    namespace: dict = {"__name__": "readme"}
-    exec(compile(code, f"{README.name}[fence example]", "exec"), namespace)
-    summaries = [m for m in namespace["summarized"].messages if namespace["is_summary"](m)]
+def check_fence(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    summaries = [m for m in ns["summarized"].messages if ns["is_summary"](m)]
     assert len(summaries) == 1
-    text = namespace["summary_text"](summaries[0])
-    start, end = namespace["UNTRUSTED_DATA_FENCE"]
-    outside = namespace["outside_fences"](text)
+    text = ns["summary_text"](summaries[0])
+    start, end = ns["UNTRUSTED_DATA_FENCE"]
+    outside = ns["outside_fences"](text)
     assert start in text and end in text and start not in outside and len(outside) < len(text)
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # langchain's own notices on the deprecated classes
-def test_readme_chat_history_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The chat-history example: two turns through RunnableWithMessageHistory over a SQLite file; the second
-    request carries the first exchange, and the SQL table stores both."""
-    monkeypatch.chdir(tmp_path)
-    with ScriptedOpenAIServer(replies=["Sunny, 21 C.", "Rain."]) as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        namespace = run_section("Chat histories")
-    assert (tmp_path / "chat.db").exists()
+def check_sql_chat_history(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert (cwd / "chat.db").exists()
     assert len(server.requests) == 2
     second = [(m["role"], m["content"]) for m in server.requests[1]["messages"]]
     assert second == [("system", "You are a helpful assistant."), ("user", "Weather in Lyon?"),
                       ("assistant", "Sunny, 21 C."), ("user", "And tomorrow?")]
-    stored = namespace["get_history"]("user-42").inner.messages
+    stored = ns["get_history"]("user-42").inner.messages
     assert [(m.type, m.content) for m in stored] == [("human", "Weather in Lyon?"), ("ai", "Sunny, 21 C."),
                                                     ("human", "And tomorrow?"), ("ai", "Rain.")]
 
 
-def test_readme_replay_from_python_example_runs() -> None:
-    import matplotlib.pyplot as plt
-
-    namespace = run_section("Replay recorded conversations")
-    plt.close("all")
-    replay, report = namespace["replay"], namespace["report"]
-    assert report.to_dict()["conversations"] == len(namespace["load_traces"](namespace["bundled_traces"]()))
-    assert len(namespace["df"]) == len(replay.calls) > 0
+def check_memory_chat_history(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert [(m["role"], m["content"]) for m in server.requests[0]["messages"]] == [
+        ("system", "You are a helpful assistant."), ("user", "Weather in Lyon?")]
+    assert [(m.type, m.content) for m in ns["stored"]["user-42"].messages] == [
+        ("human", "Weather in Lyon?"), ("ai", "Sunny in Lyon.")]
 
 
-def test_readme_notebook_helpers_example_runs() -> None:
-    import matplotlib.pyplot as plt
+def check_replay(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    replay, report = ns["replay"], ns["report"]
+    assert report.to_dict()["conversations"] == len(ns["load_traces"](ns["bundled_traces"]()))
+    assert len(ns["df"]) == len(replay.calls) > 0
 
-    namespace = run_section("Explore it in notebooks")
-    plt.close("all")
-    result, messages = namespace["result"], namespace["messages"]
+
+def check_notebook_helpers(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    result, messages = ns["result"], ns["messages"]
     assert result.compacted
-    table = namespace["compaction_table"](messages, result, namespace["policy"].counter)
-    assert len(table) >= len(messages)
-    assert len(namespace["summary_dataframe"](namespace["replays"])) == 3
+    assert len(ns["compaction_table"](messages, result, ns["policy"].counter)) >= len(messages)
+    assert len(ns["summary_dataframe"](ns["replays"])) == 3
 
 
-def test_readme_replay_command_lines_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each `lc-compaction replay` line of the README, in a folder holding the trace files it names."""
-    import shlex
+CHECKS = (
+    Check("policy = CompactionPolicy(max_input_tokens=16_000)  # compacts only", check_core_example),
+    Check("middleware=[CompactionMiddleware()]", check_agent),
+    Check("pre_model_hook=compaction_hook(", check_agent),
+    Check('builder.add_node("compact", CompactionNode(model=model))', check_graph),
+    Check('CompactionNode(model=model, mode="view")', check_graph),
+    Check("SqliteSaver(sqlite3.connect(", check_checkpoint),
+    Check("InMemoryStore(), checkpointer=InMemorySaver()", check_offload),
+    Check("small.astream_events(", check_events),
+    Check('Summarize(model="openai:gpt-4o-mini"', check_summarize, default=SUMMARY_REPLY),
+    Check("FactGuard({", check_fact_guard),
+    Check("UNTRUSTED_DATA_FENCE", check_fence),
+    Check("SQLChatMessageHistory(session_id=", check_sql_chat_history, replies=("Sunny, 21 C.", "Rain.")),
+    Check("InMemoryChatMessageHistory()", check_memory_chat_history),
+    Check("replay_files(bundled_traces(), policy)", check_replay),
+    Check("compaction_table(messages, result", check_notebook_helpers),
+)
+
+
+def checks_of(snippet: Snippet) -> list[Check]:
+    return [check for check in CHECKS if check.marker in snippet.code]
+
+
+# --- the tests --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")  # create_react_agent
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # langchain's own notices on RunnableWithMessageHistory
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
+def test_snippet_runs_alone(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                            capsys: pytest.CaptureFixture) -> None:
+    if snippet.not_run:
+        pytest.skip(f"{snippet.where} is marked not run: {snippet.not_run}")
+    checks = checks_of(snippet)
+    assert len(checks) <= 1, f"{snippet.where}: more than one check matches: {[c.marker for c in checks]}"
+    check = checks[0] if checks else None
+    monkeypatch.chdir(tmp_path)  # a block may write files (chat.sqlite, chat.db)
+    import matplotlib.pyplot as plt
+
+    with ScriptedOpenAIServer(replies=check.replies if check else (),
+                              default=check.default if check else "Sunny in Lyon.") as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        namespace: dict = {"__name__": "snippet"}
+        try:
+            exec(compile(snippet.code, snippet.where, "exec"), namespace)
+        except Exception as exc:  # name the block that failed
+            raise AssertionError(f"{snippet.where} failed when run alone: {exc!r}\n{snippet.code}") from exc
+        finally:
+            plt.close("all")
+    for body in server.requests:  # whatever a block sends is a valid chat request
+        roles = [m["role"] for m in body["messages"]]
+        assert roles and set(roles) <= {"system", "user", "assistant", "tool"} and "user" in roles, roles
+    if check:
+        check.verify(namespace, server, tmp_path, capsys.readouterr().out)
+
+
+def test_every_check_has_its_block() -> None:
+    """A check whose block was rewritten away would silently stop checking: each must match a block that runs."""
+    for check in CHECKS:
+        assert any(check.marker in s.code and not s.not_run for s in SNIPPETS), f"no block holds {check.marker!r}"
+
+
+def test_every_python_block_is_seen() -> None:
+    """Python code the fence pattern does not see (an indented fence, ```py) would never be run: there is none;
+    and every block marked not run says why."""
+    for page in PAGES:
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            info = line.lstrip()[3:].split(" ")[0] if line.lstrip().startswith("```") else ""
+            if info.startswith("py"):
+                assert line.startswith("```python"), f"{page.relative_to(ROOT)}:{n}: {line!r} is not run"
+    assert all(s.not_run is None or len(s.not_run) > 10 for s in SNIPPETS), "a block not run says why"
+
+
+def test_not_run_comment_is_read() -> None:
+    """The `<!-- not run: ... -->` comment marks the block right after it, and only that one."""
+    text = ("Text.\n\n```python\nx = 1\n```\n\n<!-- not run: needs a real\n  model -->\n```python title=\"a\"\ny = 2\n"
+            "```\n\n```python\nz = 3\n```\n")
+    found = page_snippets(ROOT / "example.md", text)
+    assert [(s.line, s.code, s.not_run) for s in found] == [
+        (3, "x = 1\n", None), (9, "y = 2\n", "needs a real\n  model"), (13, "z = 3\n", None)]
+
+
+def test_readme_shows_each_front_door() -> None:
+    """The README keeps one runnable block per door: the core, the middleware, the LangGraph node, the chat
+    history wrapper; the site holds the rest."""
+    readme = [s.code for s in SNIPPETS if s.path == README and not s.not_run]
+    for door in ("compact(messages, policy)", "CompactionMiddleware(", "CompactionNode(",
+                 "CompactingChatMessageHistory("):
+        assert sum(door in code for code in readme) >= 1, door
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 250, "the README stays a front page"
+
+
+def test_command_lines_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `lc-compaction replay` / `compact` line of the README and of the CLI page, in a folder holding the
+    files it names (a trace file for .jsonl, one conversation's messages for .json)."""
+    import json
 
     from click.testing import CliRunner
 
@@ -174,23 +278,31 @@ def test_readme_replay_command_lines_run(tmp_path: Path, monkeypatch: pytest.Mon
     from lc_compaction.traces import bundled_traces
 
     monkeypatch.chdir(tmp_path)
-    bash = re.findall(r"^```bash\n(.*?)^```", section("Replay recorded conversations"), re.S | re.M)
-    lines = [line.split("#")[0].strip() for code in bash for line in code.splitlines()]
+    lines = []
+    for page in (README, ROOT / "docs" / "cli.md"):
+        for code in re.findall(r"^```bash\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M):
+            lines += [line.split("#")[0].strip() for line in code.splitlines()]
     lines = [line for line in lines if line.startswith("lc-compaction ")]
-    assert len(lines) >= 4
-    for name in {w for line in lines for w in shlex.split(line) if w.endswith(".jsonl")}:
-        (tmp_path / name).write_bytes(bundled_traces()[1].read_bytes())
+    assert len(lines) >= 6
+    trace = bundled_traces()[1].read_bytes()
+    for name in {w for line in lines for w in shlex.split(line) if w.endswith((".jsonl", ".json"))}:
+        if name.endswith(".jsonl"):
+            (tmp_path / name).write_bytes(trace)
+        else:
+            (tmp_path / name).write_text(json.dumps(json.loads(trace.splitlines()[0])["messages"]), encoding="utf-8")
     for line in lines:
         result = CliRunner().invoke(main, shlex.split(line)[1:])
         assert result.exit_code == 0, f"{line}: {result.output}"
     assert (tmp_path / "context.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_readme_install_lines_name_extras_that_exist() -> None:
-    from importlib.metadata import metadata
+def test_install_lines_name_extras_that_exist() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib reads pyproject.toml from Python 3.11 on")
 
-    extras = set(metadata("lc-compaction").get_all("Provides-Extra") or ())  # pyproject.toml's, as installed
-    text = section("Install")
-    named = re.findall(r'pip install (?:-e )?"[^"\[]*\[([a-z,]+)\]', text)
-    assert named and all(set(n.split(",")) <= extras for n in named), (named, extras)
-    assert 'pip install -e ".[offline]"' in text  # the form that works before the package is published
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+                 ["optional-dependencies"])
+    for text in (section("Install"), (ROOT / "docs" / "install.md").read_text(encoding="utf-8"),
+                 (ROOT / "docs" / "notebooks.md").read_text(encoding="utf-8")):
+        named = re.findall(r'pip install (?:-e )?"[^"\[]*\[([a-z,]+)\]', text)
+        assert named and all(set(n.split(",")) <= extras for n in named), (named, extras)
+    assert 'pip install -e ".[offline]"' in section("Install")  # the form that works before the package is published
