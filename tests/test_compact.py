@@ -324,8 +324,9 @@ def test_a_compaction_after_a_tallied_call_does_not_recount_the_prefix():
     assert result.triggered and result.actions
     markers = sum(is_dropped_marker(m) for m in result.messages)
     assert markers == 1
-    # the 4 new messages, and the drop marker: its cost once when the drop is planned, once when it is put in
-    assert lookups(counter) - before == 4 + 1 + markers
+    # the 4 new messages, the fixed-text marker the plan starts from, and each drop marker: its cost when the plan
+    # is checked (when its text is not the fixed one) and when it is put in; the prefix (50 messages) never
+    assert 4 + 1 + markers <= lookups(counter) - before <= 4 + 1 + 2 * markers < len(msgs)
     assert result.tokens_after == counter.count_messages(result.messages)
 
 

@@ -324,10 +324,13 @@ def test_the_step_that_opens_a_notes_turn_is_never_folded():
                SystemMessage("Reminder: quote the record ids.", id="note"), *thinking_step(1, True)]
     for n in range(2, 8):
         history += thinking_step(n, False)
-    result = compact(history, CompactionPolicy(max_input_tokens=6_000))
-    assert any(note_lines(m) for m in result.messages)  # the scenario: the loop was folded
-    assert "a1" in {m.id for m in result.messages}
-    assert anthropic_thinking_errors(result.messages) == []
+    folded = 0
+    for window in (6_000, 4_000, 2_000):  # truncation alone may fit the widest; the narrower ones fold
+        result = compact(history, CompactionPolicy(max_input_tokens=window))
+        folded += any(note_lines(m) for m in result.messages)
+        assert "a1" in {m.id for m in result.messages}
+        assert anthropic_thinking_errors(result.messages) == []
+    assert folded >= 2  # the scenario: the loop was folded
 
 
 @st.composite

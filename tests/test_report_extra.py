@@ -231,8 +231,11 @@ def test_identifiers_table_lists_what_left_and_says_truthfully_whether_it_is_sti
         assert source.id not in unchanged  # only identifiers of removed or rewritten messages
         assert row.identifier.casefold() in _text(source).casefold()
         assert row.kept == _present(after_text, row.identifier), row.identifier
-    if strategies is None:  # the default ladder: its notes and its drop marker carry the identifiers
-        assert df["kept"].all()
+    if strategies is None:  # the default ladder: its notes and its drop marker carry the identifiers, within
+        # their bounds: what a bounded list left out it counts ("(+N more)")
+        listed_as_more = sum(int(n) for n in re.findall(r"\(\+(\d+) more\)", after_text))
+        assert (~df["kept"]).sum() <= listed_as_more
+        assert df["kept"].mean() > 0.95
     elif len(strategies) == 2:
         assert 0 < df["kept"].sum() < len(df)  # dropping and truncating without them lose identifiers
     else:

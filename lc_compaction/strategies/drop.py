@@ -58,6 +58,7 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._content import content_text
 from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
 from lc_compaction._presence import Presence, presence
+from lc_compaction.dedup import same_as
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
 from lc_compaction.progress import fold_steps, keep_progress
@@ -286,7 +287,10 @@ def leave_markers(state: LadderState, chosen: Sequence[int], guard: tuple[FactGu
     notes: dict[int, BaseMessage] = {}
     replaced: dict[int, BaseMessage] = {}
     targets = {k for k, _, _ in planned}
-    left = [m for k, m in enumerate(messages) if k not in drop and k not in targets]
+    # a deduplication note whose earlier copy is dropped gets that copy's content back (`dedup.restore_references`):
+    # what the copy holds stays, so its identifiers are not listed again
+    gone = {messages[k].id: messages[k] for k in drop if messages[k].id and messages[k].id in state.pointed_at}
+    left = [gone.get(same_as(m) or "", m) for k, m in enumerate(messages) if k not in drop and k not in targets]
     for k, new_note, stands_for in planned:
         # a marker keeps its id; a new one's follows from the first message it stands for (the same on every
         # replay of a history)
