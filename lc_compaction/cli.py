@@ -312,7 +312,7 @@ def compact_command(source: Any, repair: bool, output_format: str, report: bool,
     from langchain_core.messages import convert_to_openai_messages, messages_to_dict
 
     from lc_compaction.compact import compact
-    from lc_compaction.structure import InvalidHistoryError, check_invariants
+    from lc_compaction.structure import InvalidHistoryError
     from lc_compaction.traces import TraceFormatError, parse_trace_input
 
     policy = _make_policy(repair=repair, **settings)
@@ -329,10 +329,6 @@ def compact_command(source: Any, repair: bool, output_format: str, report: bool,
             result = compact(trace.messages, policy)
         except InvalidHistoryError as exc:  # with --repair: a fault repair could not fix
             raise InputError(f"{name} line {trace.line}: {exc}{'' if repair else REPAIR_HINT}") from None
-        if repair and not result.triggered and (left := check_invariants(result.messages)):
-            click.echo(f"warning: {name} line {trace.line}: printed as it is, not repaired: under the trigger "
-                       f"compaction does not run, and checks and repairs nothing (as compact() with repair=True); "
-                       f"{len(left)} fault(s), the first: {left[0]}", err=True)
         fmt = output_format if output_format != "auto" else trace.message_format
         outputs.append(messages_to_dict(result.messages) if fmt == "langchain"
                        else convert_to_openai_messages(result.messages))

@@ -295,9 +295,11 @@ class LadderState:
             raise CompactionInvariantError(f"{strategy} put a note where it removed nothing")
         added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
         saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
-        ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         gone = [self.slots[i].message for i in sorted(drop)]
-        self.removed.extend(gone)
+        # a marker put back under the id of one it replaces (`drop.leave_markers`) is rewritten, not removed
+        kept_ids = {m.id for m in notes.values() if m.id}
+        self.removed.extend(m for m in gone if m.id not in kept_ids)
+        ids = [m.id or "" for m in gone if m.id not in kept_ids]
         self.slots = [added[i] if i in added else s for i, s in enumerate(self.slots) if i not in drop or i in added]
         self._shape += 1
         self._total -= saved
