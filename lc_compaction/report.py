@@ -24,7 +24,7 @@ from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.replay import CallRecord, ConversationReplay, ReplayReport
-from lc_compaction.strategies.facts import FactGuard, contains, is_facts_line, message_text
+from lc_compaction.strategies.facts import FactGuard, contains, is_guard_line, message_text
 from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
@@ -388,8 +388,8 @@ def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard
     Returns:
         A DataFrame with the `SUMMARY_IDENTIFIER_COLUMNS`, one row per distinct identifier of `result.removed`
         (the messages this call removed or summarized; an earlier summary's facts line included), oldest first,
-        as the guard extracts them: "in_model_summary" is True when the summary's text without the facts line
-        (what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
+        as the guard extracts them: "in_model_summary" is True when the summary's text without the guard's lines
+        (its facts and said lines: what remains is what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
 
     Raises:
         ValueError: `result` has no summary.
@@ -399,7 +399,7 @@ def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard
     if not result.summary:
         raise ValueError("result: this compaction wrote no summary (result.summary is empty)")
     guard = fact_guard or FactGuard()
-    written = "\n".join(line for line in result.summary.splitlines() if not is_facts_line(line))
+    written = "\n".join(line for line in result.summary.splitlines() if not is_guard_line(line))
     rows = [{"identifier": i.value, "kind": i.kind, "in_model_summary": contains(written, i),
              "in_summary": contains(result.summary, i)} for i in guard.extract_messages(result.removed)]
     frame: pandas.DataFrame = pd.DataFrame(rows, columns=list(SUMMARY_IDENTIFIER_COLUMNS)).astype(

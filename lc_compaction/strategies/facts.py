@@ -445,8 +445,13 @@ def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
 
 
 def is_facts_line(line: str) -> bool:
-    """Whether `line` is one of the guard's lines (identifiers, or tool-derived identifiers)."""
+    """Whether `line` is one of the guard's identifier lines (identifiers, or tool-derived identifiers)."""
     return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX))
+
+
+def is_guard_line(line: str) -> bool:
+    """Whether `line` is one the guard appends: a facts line (`is_facts_line`) or a said line (`SAID_PREFIX`)."""
+    return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX, SAID_PREFIX))
 
 
 class FactGuard:
@@ -702,8 +707,7 @@ class FactGuard:
         """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
         word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
         to their values). Any said or facts line already in `summary` is replaced by the new ones."""
-        own = "\n".join(line for line in summary.splitlines()
-                        if not is_facts_line(line) and not line.startswith(SAID_PREFIX)).rstrip()
+        own = "\n".join(line for line in summary.splitlines() if not is_guard_line(line)).rstrip()
         said = self.said_line(said_from, besides=own) if said_from else ""
         body = (f"{own}\n\n{said}" if own else said) if said else own
         kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds

@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import arguments_text, content_text, is_invalid_call, tool_failure
 from lc_compaction.markers import defang, fence, fenced_lines, is_summary, summary_text
-from lc_compaction.strategies.facts import is_facts_line
+from lc_compaction.strategies.facts import is_guard_line
 from lc_compaction.structure import tool_calls_of, tool_pairs
 
 LEDGER_HEADER = "Ledger of the earlier conversation (written by lc-compaction without a model):"
@@ -104,10 +104,11 @@ def _result_note(result: ToolMessage | None, tool: str) -> str:
 
 
 def previous_entries(text: str) -> list[str]:
-    """The entries of a previous summary's text: a ledger's own entries (without its header and facts lines), or
-    the lines of a model-written summary under "Earlier summary:". Each line's fences are well-formed on their
-    own (`markers.fenced_lines`), so dropping a line never leaves tool data outside its fence."""
-    body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
+    """The entries of a previous summary's text: a ledger's own entries (without its header), or the lines of a
+    model-written summary under "Earlier summary:"; the guard's facts and said lines left out (the guard writes
+    them again). Each line's fences are well-formed on their own (`markers.fenced_lines`), so dropping a line
+    never leaves tool data outside its fence."""
+    body = "\n".join(line for line in text.splitlines() if not is_guard_line(line))
     lines = [line for line in fenced_lines(body) if line.strip()]
     if lines and lines[0] == LEDGER_HEADER:
         return lines[1:]
