@@ -389,7 +389,8 @@ def summary_identifiers_table(result: CompactionResult, *, fact_guard: FactGuard
         A DataFrame with the `SUMMARY_IDENTIFIER_COLUMNS`, one row per distinct identifier of `result.removed`
         (the messages this call removed or summarized; an earlier summary's facts line included), oldest first,
         as the guard extracts them: "in_model_summary" is True when the summary's text without the guard's lines
-        (its facts and said lines: what remains is what the summarizer wrote) contains it, "in_summary" when the summary as stored does (`facts.contains`).
+        (its facts and said lines: what remains is what the summarizer wrote) contains it, "in_summary" when the
+        summary as stored does (`facts.contains`).
 
     Raises:
         ValueError: `result` has no summary.
