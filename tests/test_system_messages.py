@@ -95,8 +95,8 @@ def test_the_pins_stay_on_the_user_and_the_thinking_step():
     # the step is not pinned (its result may be truncated); once answered, the step is pinned
     answered = converted([*msgs[:-1], AIMessage("done", id="done")])
     assert {"s", "h1", "h2", "n1", "think", "t"} <= set(pins(answered))
-    for given in (msgs, answered):
-        out = compact(given, CompactionPolicy(max_input_tokens=300, token_counter="approximate")).messages
+    for case in (msgs, answered):
+        out = compact(case, CompactionPolicy(max_input_tokens=300, token_counter="approximate")).messages
         assert "think" in {m.id for m in out}
 
 
