@@ -1,5 +1,5 @@
 """Whether a text contains an identifier, for many identifiers at a time: the presence rule of the fact guard
-(`strategies/facts.py`) and of every note that lists identifiers.
+(`facts.py`) and of every note that lists identifiers.
 
 The rule: case-insensitive, and not inside a longer alphanumeric run (`123` is not in `1234`, `HAT08` is not in
 `HAT084`); that is, where `(?<![A-Za-z0-9])VALUE(?![A-Za-z0-9])` with `re.IGNORECASE` finds it. A `Presence`

@@ -28,9 +28,16 @@ from pathlib import Path
 from typing import Any
 
 import click
+from langchain_core.messages import convert_to_openai_messages, messages_to_dict
 
-from lc_compaction.billing import DEFAULT_CACHED_PRICE
+from lc_compaction._offline import EncodingUnavailableError
+from lc_compaction.billing import DEFAULT_CACHED_PRICE, PromptCache
+from lc_compaction.compact import compact
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.replay import ReplayError, replay_files
+from lc_compaction.strategies import DropOldExchanges, Summarize, TruncateToolResults
+from lc_compaction.structure import InvalidHistoryError
+from lc_compaction.traces import TraceFormatError, bundled_traces, parse_trace_input
 
 DEFAULT_MAX_INPUT_TOKENS = 8_000
 """Default window for the command line, tokens. Small on purpose: the bundled conversations (up to about
@@ -108,8 +115,6 @@ STRATEGY_NAMES = ("truncate", "drop", "summarize")
 
 
 def _strategies(spec: str) -> list[Any]:
-    from lc_compaction.strategies import DropOldExchanges, Summarize, TruncateToolResults
-
     make = {"truncate": TruncateToolResults, "drop": DropOldExchanges, "summarize": Summarize}
     names = [n.strip() for n in spec.split(",") if n.strip()]
     unknown = [n for n in names if n not in make]
@@ -122,8 +127,6 @@ def _strategies(spec: str) -> list[Any]:
 def _make_policy(max_input_tokens: int, triggers: tuple[Any, ...], keep: Any, target: Any, reserve: int | None,
                  token_counter: str, model_name: str, strategies: str = "truncate,drop", repair: bool = False,
                  cached_price: float = DEFAULT_CACHED_PRICE) -> CompactionPolicy:
-    from lc_compaction._offline import EncodingUnavailableError
-
     kwargs: dict[str, Any] = {"max_input_tokens": max_input_tokens, "trigger": list(triggers) or None,
                               "target": target, "reserve": reserve, "token_counter": token_counter,
                               "model_name": model_name, "strategies": _strategies(strategies),
@@ -174,10 +177,6 @@ def replay(traces: tuple[Path, ...], cached_price: float, as_json: bool, plot: P
 
     Every call is billed with and without compaction under OpenAI's prompt-cache rule (cached tokens at
     --cached-price), and the identifiers of the history so far are looked up in what was sent."""
-    from lc_compaction.billing import PromptCache
-    from lc_compaction.replay import ReplayError, replay_files
-    from lc_compaction.traces import TraceFormatError, bundled_traces
-
     policy = _make_policy(cached_price=cached_price, **settings)  # the price the rule decides with and bills at
     paths = list(traces) or bundled_traces()
     try:
@@ -281,8 +280,6 @@ REPAIR_HINT = " (--repair repairs it)"
 
 def _repair_hint(data: bytes, name: str) -> str:
     """`REPAIR_HINT` when `data` is refused only for a history rule (it reads without them), else ""."""
-    from lc_compaction.traces import TraceFormatError, parse_trace_input
-
     try:
         parse_trace_input(data, path=name, check_history=False)
     except TraceFormatError:
@@ -309,12 +306,6 @@ def compact_command(source: Any, repair: bool, output_format: str, report: bool,
     (one {"messages": [...]} object a line, what `replay` reads) gives JSONL, each line the same object with its
     messages compacted; one trace object over several lines gives that object. A broken history (tool calls and
     results not paired, a repeated id) is an error naming the message, or with --repair is repaired."""
-    from langchain_core.messages import convert_to_openai_messages, messages_to_dict
-
-    from lc_compaction.compact import compact
-    from lc_compaction.structure import InvalidHistoryError
-    from lc_compaction.traces import TraceFormatError, parse_trace_input
-
     policy = _make_policy(repair=repair, **settings)
     name = source.name if isinstance(getattr(source, "name", None), str) else "<stdin>"
     data = source.read()

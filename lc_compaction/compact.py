@@ -46,14 +46,14 @@ The ladder, in order:
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from lc_compaction._kinds import SYSTEM, kind
-from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, deduplicate, detail, duplicates
+from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, detail, duplicates
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
 from lc_compaction.markers import is_dropped_marker
 from lc_compaction.offload import (
@@ -189,6 +189,20 @@ def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "message
         raise ValueError(f"{name}: could not convert the input to LangChain messages: {exc}") from exc
 
 
+def _deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None,
+                found: dict[int, int] | None = None) -> int:
+    """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`,
+    `arrival_notes`), recorded as "deduplicated" actions of `DEDUP_STRATEGY`. Returns the tokens saved. `found`:
+    `duplicates(state.messages, start, pinned)` when the caller already has it."""
+    msgs = state.messages
+    found = duplicates(msgs, start, pinned) if found is None else found
+    saved = 0
+    for i, new, tokens in arrival_notes(msgs, found, state.counter.count_message, lambda k: state.slots[k].tokens):
+        saved += state.replace(i, new, strategy=DEDUP_STRATEGY, kind="deduplicated", tokens=tokens,
+                               detail=detail(found[i]))
+    return saved
+
+
 class _Compaction:
     """One compaction (one call of `compact` or `acompact`): its state and steps, shared by the sync and async
     drivers."""
@@ -233,7 +247,8 @@ class _Compaction:
         self.state: LadderState | None = None
         self.offload = offload  # offload: huge new tool results become previews even under the trigger
         self.rekey = offload_rekey
-        self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy) if offload else set()
+        self.arrivals = large_arrivals(self.original, self.tallied, self.counts, policy.offload_above,
+                                       policy.is_pinned_by_caller) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
         self.broken = (repair is not None or policy.repair is not None) and bool(
@@ -340,7 +355,7 @@ class _Compaction:
         protect(slots, keep_from, pinned, self.state.steps())
         # arrival edits, before the ladder, which then runs only if the history is still above the trigger
         if self.policy.deduplicate:  # the whole list again when repairs changed it, else the repeats found above
-            deduplicate(self.state, 0 if self.repairs else self.tallied, self.policy.is_pinned_by_caller,
+            _deduplicate(self.state, 0 if self.repairs else self.tallied, self.policy.is_pinned_by_caller,
                         found=None if self.repairs else self.repeats)
         if self.arrivals:
             preview_arrivals(self.state, self.arrivals)
@@ -463,7 +478,8 @@ class _Compaction:
             if kind(slot.message) != SYSTEM:
                 break
             beside += slot.tokens
-        return plan_offloads(self.original, st.actions, removed, st.offload, recall_chars(self.policy, beside))
+        return plan_offloads(self.original, st.actions, removed, st.offload,
+                             recall_chars(self.policy.budget_tokens(), beside))
 
 
 def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,

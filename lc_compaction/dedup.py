@@ -25,19 +25,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_shortened, is_truncated
 
-if TYPE_CHECKING:
-    from lc_compaction.ladder import LadderState
-
-__all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "arrival_notes", "content_sha256", "deduplicate", "detail",
-           "duplicates", "is_deduplicated", "note_for", "referenced", "restore_references", "same_as"]
+__all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "arrival_notes", "content_sha256", "detail", "duplicates",
+           "is_deduplicated", "note_for", "referenced", "restorations", "same_as"]
 
 DEDUP_STRATEGY = "deduplicate_tool_results"
 """`Action.strategy` of a repeated result replaced by its note (`Action.kind` "deduplicated")."""
@@ -189,7 +186,7 @@ def note_for(message: ToolMessage, original: BaseMessage) -> ToolMessage:
     """A copy of `message` (same id, tool_call_id, name, status, artifact) whose content says it is identical to
     `original` (an earlier tool result) and where to read it; marked `{"kind": "deduplicated", "same_as": <original's
     id>, "original_chars": n}` (characters of the content replaced). `message` may be a note already (pointed at
-    another earlier copy by `restore_references`): `n` and the size the text names stay those of the content it
+    another earlier copy by `restorations`): `n` and the size the text names stay those of the content it
     replaced, not of the note's own text."""
     earlier = (message.response_metadata or {}).get(MARK_KEY) if is_deduplicated(message) else None
     chars = earlier.get("original_chars") if isinstance(earlier, dict) else None
@@ -219,61 +216,47 @@ def arrival_notes(messages: Sequence[BaseMessage], found: dict[int, int], count:
     return out
 
 
-def deduplicate(state: LadderState, start: int = 0, pinned: Callable[[BaseMessage], bool] | None = None,
-                found: dict[int, int] | None = None) -> int:
-    """Replace each repeated tool result of `state` from index `start` on by its note (`duplicates`,
-    `arrival_notes`), recorded as "deduplicated" actions of `DEDUP_STRATEGY`. Returns the tokens saved. `found`:
-    `duplicates(state.messages, start, pinned)` when the caller already has it."""
-    msgs = state.messages
-    found = duplicates(msgs, start, pinned) if found is None else found
-    saved = 0
-    for i, new, tokens in arrival_notes(msgs, found, state.counter.count_message, lambda k: state.slots[k].tokens):
-        saved += state.replace(i, new, strategy=DEDUP_STRATEGY, kind="deduplicated", tokens=tokens,
-                               detail=detail(found[i]))
-    return saved
-
-
 def detail(j: int) -> str:
     """`Action.detail` of a result deduplicated against message `j`."""
     return f"identical to message {j}"
 
 
-def restore_references(state: LadderState, gone: Sequence[BaseMessage]) -> None:
-    """Keep every deduplication note pointing at a result still there: for each message of `gone` (removed from
-    `state`, or replaced by a truncation note) that notes name as their earlier copy, the first of those notes gets
-    the content back (that message's content and, for a result cut in place, its cut mark; the note's own id,
-    tool_call_id and name stay) and the others are pointed at it (`note_for`). Recorded as a "restored" action of
-    `DEDUP_STRATEGY` (its `tokens_saved` is negative: the tokens the content costs again). Called by `LadderState`
-    after each change that takes messages out."""
-    by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL and m.id in state.pointed_at}
+def restorations(messages: Sequence[BaseMessage], gone: Sequence[BaseMessage], pointed_at: Collection[str]
+                 ) -> list[tuple[int, BaseMessage, str]]:
+    """What keeps every deduplication note of `messages` pointing at a result still there, once the messages of
+    `gone` left (removed, or replaced by a truncation note): for each of them that notes name as their earlier copy
+    (`pointed_at`: a superset of the ids notes point at, so that a call whose `gone` holds none costs O(len(gone))),
+    the first of those notes gets the content back (that message's content and, for a result cut in place, its cut
+    mark; the note's own id, tool_call_id and name stay) and the others are pointed at it (`note_for`). Returns
+    `(index, new message, detail)` in order; `LadderState` records each as a "restored" action of `DEDUP_STRATEGY`
+    (its `tokens_saved` is negative: the tokens the content costs again). O(len(messages)) when there is one."""
+    by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL and m.id in pointed_at}
     if not by_id:
-        return
+        return []
     notes: dict[str, list[int]] = {}
-    for i, slot in enumerate(state.slots):
-        m = slot.message
+    for i, m in enumerate(messages):
         if is_deduplicated(m):
             same = m.response_metadata[MARK_KEY].get("same_as")
             if same in by_id:
                 notes.setdefault(same, []).append(i)
+    out: list[tuple[int, BaseMessage, str]] = []
     for same, indices in notes.items():
         original = by_id[same]
-        first = state.slots[indices[0]].message
+        first = messages[indices[0]]
         meta = {k: v for k, v in (first.response_metadata or {}).items() if k != MARK_KEY}
         if is_shortened(original):
             meta[MARK_KEY] = original.response_metadata[MARK_KEY]
         restored = first.model_copy(update={"content": original.content, "response_metadata": meta})
-        state.replace(indices[0], restored, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False,
-                      detail=f"the earlier copy (message {same}) left the history")
-        for i in indices[1:]:
-            state.replace(i, note_for(state.slots[i].message, restored),  # type: ignore[arg-type]
-                          strategy=DEDUP_STRATEGY, kind="restored", record_gone=False,
-                          detail=f"points at message {restored.id} now")
+        out.append((indices[0], restored, f"the earlier copy (message {same}) left the history"))
+        out.extend((i, note_for(messages[i], restored), f"points at message {restored.id} now")  # type: ignore[arg-type]
+                   for i in indices[1:])
+    return out
 
 
 def referenced(messages: Sequence[BaseMessage]) -> dict[int, int]:
     """`{j: k}`: the earlier copy `messages[j]` that deduplication notes point at, and the index `k` of the latest
     such note. `ladder.protect` keeps an earlier copy's step whenever a note pointing at it is kept: taking the copy
-    out would only move its content forward (`restore_references`), breaking the cached prefix for nothing."""
+    out would only move its content forward (`restorations`), breaking the cached prefix for nothing."""
     at = {m.id: i for i, m in enumerate(messages) if m.id and kind(m) == TOOL}
     out: dict[int, int] = {}
     for k, m in enumerate(messages):

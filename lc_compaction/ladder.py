@@ -11,15 +11,14 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
-from lc_compaction.dedup import referenced, restore_references, same_as
+from lc_compaction.dedup import DEDUP_STRATEGY, referenced, restorations, same_as
 from lc_compaction.markers import is_summary, is_truncated
-from lc_compaction.progress import running_steps
 from lc_compaction.structure import (
     CompactionInvariantError,
     Step,
@@ -27,6 +26,7 @@ from lc_compaction.structure import (
     call_ids,
     check_invariants,
     is_request,
+    running_steps,
     split_exchanges,
     split_steps,
     turn_before,
@@ -34,8 +34,18 @@ from lc_compaction.structure import (
 )
 from lc_compaction.tokens import TokenCounter
 
-if TYPE_CHECKING:
-    from lc_compaction.offload import OffloadKeys
+
+class RecallKeys(Protocol):
+    """What a state needs of the store keys when offload is on (`lc_compaction.offload.OffloadKeys`, one layer up,
+    implements it): a message's key, and whether its original will be in the store."""
+
+    def key(self, message: BaseMessage) -> str:
+        """The store key of `message`."""
+        ...
+
+    def recallable(self, message: BaseMessage) -> bool:
+        """True when the original of `message` is in the store once the result is used."""
+        ...
 
 
 @dataclass
@@ -122,7 +132,7 @@ class LadderState:
     def __init__(self, slots: list[Slot], counter: TokenCounter, *, fixed_tokens: int,
                  goal_tokens: int | None, goal_messages: int | None, pass_name: str,
                  budget_tokens: int | None = None, limit: Callable[[int, int], bool] | None = None,
-                 offload: OffloadKeys | None = None):
+                 offload: RecallKeys | None = None):
         self.slots = slots
         self.counter = counter
         self.fixed_tokens = fixed_tokens
@@ -141,7 +151,7 @@ class LadderState:
         self._total = fixed_tokens + sum(s.tokens for s in slots)
         self.pointed_at: set[str] = {p for s in slots if (p := same_as(s.message)) is not None}
         """Every message id a deduplication note of this state points at, or did (a superset: a note added by
-        `replace` adds its target, a note taken out leaves it): `dedup.restore_references` has nothing to do
+        `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
@@ -218,7 +228,7 @@ class LadderState:
         or one whose exchange holds a protected message), only the steps after it are listed, and they may
         go one at a time. Summary messages are never listed (the summarizer replaces them itself), nor
         mid-history system messages (pinned: they stay where they are when their exchange goes), nor the steps
-        of the running request (`progress.running_steps`: they are only ever folded into its progress note).
+        of the running request (`structure.running_steps`: they are only ever folded into its progress note).
         """
         out: list[tuple[bool, list[Step]]] = []
         steps = self.steps()
@@ -254,9 +264,9 @@ class LadderState:
     def replace(self, i: int, message: BaseMessage, *, strategy: str, kind: str, detail: str = "",
                 tokens: int | None = None, record_gone: bool = True) -> int:
         """Put `message` in place of message `i` (same position); record it; return the tokens saved (net of any
-        repeated result given back its content, `dedup.restore_references`, when a truncation note replaces the
+        repeated result given back its content, `dedup.restorations`, when a truncation note replaces the
         earlier copy that deduplication notes point at). `tokens`: `counter.count_message(message)` when the caller
-        already has it. `record_gone`: False only for `restore_references` itself."""
+        already has it. `record_gone`: False only for those restorations themselves."""
         old = self.slots[i]
         if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
                 != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
@@ -272,9 +282,7 @@ class LadderState:
             self.pointed_at.add(target)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
-            before = self._total
-            restore_references(self, [old.message])
-            saved -= self._total - before
+            saved -= self._restore([old.message])
         return saved
 
     def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
@@ -390,9 +398,13 @@ class LadderState:
         return saved - self._restore(gone)
 
     def _restore(self, gone: Sequence[BaseMessage]) -> int:
-        """`dedup.restore_references` for messages that left; the tokens it added back."""
+        """Apply `dedup.restorations` for messages that left (each a "restored" action of `DEDUP_STRATEGY`); the
+        tokens it added back."""
+        if not any(m.id in self.pointed_at for m in gone):  # O(len(gone)): nothing points at them
+            return 0
         before = self._total
-        restore_references(self, gone)
+        for i, message, detail in restorations(self.messages, gone, self.pointed_at):
+            self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
         return self._total - before
 
     def check(self, after: str) -> None:

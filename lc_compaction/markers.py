@@ -76,6 +76,10 @@ PROGRESS_PREFIX = ("[lc-compaction progress note: the earlier steps of this task
                    "size and start]")
 """First line of the running request's progress note (`progress.py`); one line per folded tool call follows."""
 
+FACTS_SEPARATOR = "; "
+"""Between two identifiers wherever the guard lists them (facts lines, notes, markers, progress lines; no default
+pattern of `facts.FactGuard` matches a `"; "`)."""
+
 NOTE_PREVIEW = "preview: "
 """Put in a truncation note before its preview of the original (a JSON string: `_preview.preview`)."""
 

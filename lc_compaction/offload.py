@@ -43,20 +43,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message_to_dict, messages_from_dict
 
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
+from lc_compaction._note import note_lines, without_note
 from lc_compaction.dedup import is_deduplicated
 from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.structure import CONVERSATION_START_TEXT, is_missing_result
 
 if TYPE_CHECKING:
-    from lc_compaction.ladder import Action, LadderState
-    from lc_compaction.policy import CompactionPolicy
+    from lc_compaction.ladder import Action, LadderState, RecallKeys
 
 __all__ = [
     "DEFAULT_RECALL_CHARS",
@@ -158,18 +158,17 @@ def recall_hint(key: str, what: str = "result") -> str:
             "it (offset and length in characters).")
 
 
-def recall_chars(policy: CompactionPolicy, beside_tokens: int) -> int:
-    """The largest recall slice, in characters (and UTF-8 bytes), for a call under `policy` that sends
-    `beside_tokens` tokens beside the conversation (tool schemas, a separate system prompt, reply priming, the
-    system messages that open the history):
+def recall_chars(budget_tokens: int | None, beside_tokens: int) -> int:
+    """The largest recall slice, in characters (and UTF-8 bytes), for a call whose token budget is `budget_tokens`
+    (`CompactionPolicy.budget_tokens()`) that sends `beside_tokens` tokens beside the conversation (tool schemas,
+    a separate system prompt, reply priming, the system messages that open the history):
     `RECALL_SHARE * (budget - beside_tokens - RECALL_OVERHEAD_TOKENS) * RECALL_CHARS_PER_TOKEN`, within
-    [`MIN_RECALL_CHARS`, `DEFAULT_RECALL_CHARS`]; `DEFAULT_RECALL_CHARS` when the policy has no budget (no
+    [`MIN_RECALL_CHARS`, `DEFAULT_RECALL_CHARS`]; `DEFAULT_RECALL_CHARS` when there is no budget (None: no
     `max_input_tokens`). See `RECALL_CHARS_PER_TOKEN` for why the answer then never overflows the window by
     itself."""
-    budget = policy.budget_tokens()
-    if budget is None:
+    if budget_tokens is None:
         return DEFAULT_RECALL_CHARS
-    room = budget - beside_tokens - RECALL_OVERHEAD_TOKENS
+    room = budget_tokens - beside_tokens - RECALL_OVERHEAD_TOKENS
     return max(MIN_RECALL_CHARS, min(DEFAULT_RECALL_CHARS, int(RECALL_SHARE * room * RECALL_CHARS_PER_TOKEN)))
 
 
@@ -323,19 +322,17 @@ def undeduplicated(message: BaseMessage, by_id: dict[str | None, BaseMessage]) -
 def own_original(message: BaseMessage, by_id: dict[str | None, BaseMessage]) -> BaseMessage:
     """The original of `message` as compaction first found it, what its store key holds: a deduplication note's
     (`undeduplicated`), or an assistant message without the progress note a fold put in its content
-    (`progress.without_note`). The note is compaction's own text: its lines name calls whose steps are written
+    (`_note.without_note`). The note is compaction's own text: its lines name calls whose steps are written
     one by one under their own keys, and it grows at every fold, so a host written with it would be another
     content under the same key at the next call that writes it (and a recall of it would answer the note); any
     other message is returned as it is."""
-    from lc_compaction.progress import note_lines, without_note  # progress imports this module
-
     if kind(message) == AI and note_lines(message):
         return without_note(cast(AIMessage, message))
     return undeduplicated(message, by_id)
 
 
 def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], removed: Iterable[BaseMessage],
-                  keys: OffloadKeys | None = None, recall_chars: int | None = None) -> list[OffloadRecord]:
+                  keys: RecallKeys | None = None, recall_chars: int | None = None) -> list[OffloadRecord]:
     """The originals a compaction result must write first: every input message it truncated, cut in place,
     previewed, removed or summarized, in the order of the actions, one record per store key (`keys`, default
     `OffloadKeys(original)`), each with `recall_chars`. Messages that were already a note, a preview or a cut
@@ -368,18 +365,18 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
 # ------------------------------------------------------------------------------------- arrival previews
 
 
-def large_arrivals(messages: Sequence[BaseMessage], start: int, counts: dict[int, int],
-                   policy: CompactionPolicy) -> set[str]:
+def large_arrivals(messages: Sequence[BaseMessage], start: int, counts: dict[int, int], above: int | None,
+                   pinned: Callable[[BaseMessage], bool]) -> set[str]:
     """Ids of the tool results among `messages[start:]` (the ones new since the previous call: O(k)) larger than
-    `policy.offload_above` tokens (`counts`: tokens by `id(message)`, as `count_with_tally` fills it), that are
-    not already a note or preview, not pinned by the caller, and not answers of the recall tool itself."""
-    above = policy.offload_above
+    `above` tokens (`CompactionPolicy.offload_above`; None: none; `counts`: tokens by `id(message)`, as
+    `count_with_tally` fills it), that are not already a note or preview, not `pinned` by the caller
+    (`CompactionPolicy.is_pinned_by_caller`), and not answers of the recall tool itself."""
     if above is None:
         return set()
     out = set()
     for m in messages[start:]:
         if (kind(m) == TOOL and counts.get(id(m), 0) > above and m.name != RECALL_TOOL_NAME
-                and not (is_truncated(m) or is_shortened(m) or policy.is_pinned_by_caller(m))):
+                and not (is_truncated(m) or is_shortened(m) or pinned(m))):
             out.add(m.id or "")
     return out
 

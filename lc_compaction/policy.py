@@ -40,6 +40,7 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction.billing import DEFAULT_CACHED_PRICE
 from lc_compaction.markers import is_converted_system, is_pinned_mark
+from lc_compaction.strategies import DropOldExchanges, TruncateToolResults
 from lc_compaction.structure import is_request
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 
@@ -210,8 +211,6 @@ class CompactionPolicy:
                 raise ValueError("target: ('fraction', f) needs max_input_tokens")
             self._check_target_below_trigger(tkind, tvalue)
         if self.strategies is None:
-            from lc_compaction.strategies import DropOldExchanges, TruncateToolResults
-
             self.strategies = (TruncateToolResults(), DropOldExchanges())
         else:
             self.strategies = tuple(self.strategies)

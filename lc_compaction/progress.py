@@ -56,7 +56,6 @@ alone, so this also works on a history stored as plain role/content JSON. It cou
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -64,32 +63,26 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._content import (
-    FAILURE_RE,
-    OUTPUT_TEXT_BLOCKS,
-    block_type,
     content_text,
     starts_with_thinking,
     tool_failure,
-    with_text_first,
 )
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
 from lc_compaction.markers import (
+    FACTS_SEPARATOR,
     MARK_KEY,
-    PROGRESS_PREFIX,
     before_cut,
     fence,
-    fenced_spans,
     RECALL_TOOL_NAME,
-    is_progress_text,
     read_truncation_note,
-    unfence,
 )
-from lc_compaction.structure import Step, split_exchanges
+from lc_compaction._note import FACTS_LEAD, NoteLine, note_lines, parse_line, split_line, with_note, without_note
+from lc_compaction.facts import FactGuard, Identifier, contains
+from lc_compaction.structure import Step, running_steps, split_exchanges
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
-    from lc_compaction.strategies.facts import FactGuard
 
 __all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
            "running_steps", "split_line", "terse_note", "with_note", "without_note"]
@@ -108,19 +101,6 @@ the longest list the 40 tau-bench airline conversations of the shared traces nee
 with the summarizer alone, was 144 characters, and with the default ladder at 4,000 tokens 243; the bound keeps an
 identifier-dense result (a table of codes: AgentDojo's file listings and inboxes need up to 2,617) from making the
 note as large as the result."""
-
-def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
-    """The assistant steps of the running request (see the module docstring), oldest first; empty when the latest
-    exchange has answered (its last assistant step does not end with a tool result) or has no step yet.
-    O(len(steps))."""
-    exchanges = split_exchanges(steps)
-    if not exchanges or exchanges[-1].request is None:
-        return []
-    loop = [s for s in exchanges[-1].steps if s.kind == "assistant"]
-    if not loop or kind(messages[loop[-1].end - 1]) != TOOL:
-        return []
-    return loop
-
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
@@ -188,8 +168,6 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     line = head + (fence(start_json, name) if result is not None else "") + tail
     if guard is None:
         return line
-    from lc_compaction.strategies.facts import FACTS_SEPARATOR, Identifier, contains
-
     earlier = known if isinstance(known, Presence) else Presence(known)
     in_line = Presence(line)
 
@@ -226,136 +204,9 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     fenced = [v for v in shown if v in from_tool]
     more = " (+more)" if left is None else f" (+{left} more)" if left else ""
     if result is not None:
-        line = head + fence(start_json + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
+        line = head + fence(start_json + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
                             name) + tail
-    return line + (f"{_FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
-
-
-_RESULT_SIZE = re.compile(rf" -> [\d,]+ characters(?:, ({FAILURE_RE.pattern}))?: (?=<)")
-_TERSE_FAILURE = re.compile(rf" -> ({FAILURE_RE.pattern})$")
-"""The failure a terse line ends its call with (`_terse_line`, `terse_note`)."""
-_ARGS_SIZE = re.compile(r"\.\.\. \[[\d,]+ characters of arguments\]\)")
-_MORE = re.compile(r" \(\+(?:\d+ )?more\)$")
-
-
-@dataclass(frozen=True)
-class _Line:
-    """The parts of a note line (`_parse`): the call (`- name(arguments)`, a cut's size left out), the result's
-    part without its size (`-> <fence>name: "start"</fence>[ | recall...]`, "" for a terse line), the tool named in
-    the result's fence, the result's start (decoded), the identifiers listed after the fence (plain) and inside it
-    (the result's), " (+n more)" when it ends the line, and the call's failure ("error (exit code 2)"; "" for a
-    success)."""
-
-    call: str
-    result: str = ""
-    tool: str | None = None
-    start: str = ""
-    plain: str = ""
-    from_tool: str = ""
-    more: str = ""
-    failure: str = ""
-
-    def terse_call(self) -> str:
-        """The call, and its failure when it failed: `- name(arguments)[ -> error (...)]`."""
-        return self.call + (f" -> {self.failure}" if self.failure else "")
-
-    def listed(self) -> str:
-        """The identifiers as the terse form writes them: `A; B; <untrusted_tool_data>name: C; D</...>[ (+n
-        more)]`; "" when none."""
-        from lc_compaction.strategies.facts import FACTS_SEPARATOR
-
-        parts = (self.plain, fence(self.from_tool, self.tool) if self.from_tool else "")
-        listed = FACTS_SEPARATOR.join(x for x in parts if x)
-        return listed + (self.more if listed else "")
-
-
-def _parse(line: str) -> _Line:
-    line = _ARGS_SIZE.sub("...)", line, count=1)
-    more = _MORE.search(line)
-    more_text = more.group(0) if more else ""
-    line = line[:more.start()] if more else line
-    found = _RESULT_SIZE.search(line)
-    if found is None:  # terse, or no result: the identifiers, if any, end the line
-        at = line.find(_FACTS_LEAD)
-        call, listed = (line[:at], line[at + len(_FACTS_LEAD):]) if at >= 0 else (line, "")
-        failed = _TERSE_FAILURE.search(call)
-        # a terse line lists them as `_Line.listed` writes them: its plain part may hold the fenced ones
-        return _Line(call[:failed.start()] if failed else call, plain=listed, more=more_text,
-                     failure=failed.group(1) if failed else "")
-    rest = line[found.end():]
-    spans = fenced_spans(rest)
-    end = spans[0][1] if spans and spans[0][0] == 0 else 0
-    piece, after = rest[:end], rest[end:]
-    label, inner = unfence(piece) if piece else (None, "")
-    try:
-        start, k = json.JSONDecoder().raw_decode(inner)
-    except ValueError:
-        start, k = "", len(inner)
-    from_tool = inner[k + len(_FACTS_LEAD):] if inner.startswith(_FACTS_LEAD, k) else ""
-    at = after.find(_FACTS_LEAD)
-    after, plain = (after[:at], after[at + len(_FACTS_LEAD):]) if at >= 0 else (after, "")
-    result = " -> " + (fence(inner[:k], label) if label else piece) + after
-    return _Line(line[:found.start()], result, label, start if isinstance(start, str) else "", plain, from_tool,
-                 more_text, found.group(1) or "")
-
-
-def split_line(line: str) -> tuple[str, str]:
-    """A line of the note (`call_line`, or its terse form, `_terse_line`) cut in two: the call and its result's
-    start, without the sizes of the result and of cut arguments (counts of characters, not identifiers), and the
-    identifiers it lists, written as the terse form writes them: `A; B; <untrusted_tool_data>name: C;
-    D</untrusted_tool_data>[ (+n more)]` (plain ones, then the result's, fenced; "" when none). A failed call's
-    failure is left out with the sizes."""
-    parts = _parse(line)
-    return parts.call + parts.result, parts.listed()
-
-
-def _note_text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content.split("\n\n", 1)[0] if is_progress_text(content) else None
-    for block in content:
-        text = block.get("text") if isinstance(block, dict) and block_type(block) in OUTPUT_TEXT_BLOCKS else block
-        if is_progress_text(text):
-            return text
-    return None
-
-
-def note_lines(message: BaseMessage) -> list[str]:
-    """The call lines of the progress note in `message` (empty when it holds none), as they were written."""
-    text = _note_text(message.content) if kind(message) == AI else None
-    return text.split("\n")[1:] if text else []
-
-
-def without_note(message: AIMessage) -> AIMessage:
-    """`message` without its progress note (its own content back); `message` itself when it holds none."""
-    content = message.content
-    if isinstance(content, str):
-        if not is_progress_text(content):
-            return message
-        rest = content.split("\n\n", 1)
-        new: Any = rest[1] if len(rest) > 1 else ""
-    else:
-        new = [b for b in content if not is_progress_text(b.get("text") if isinstance(b, dict) else b)]
-        if len(new) == len(content):
-            return message
-    kwargs = dict(message.additional_kwargs or {})
-    mark = {k: v for k, v in (kwargs.get(MARK_KEY) or {}).items() if k != "progress_note"}
-    if mark:
-        kwargs[MARK_KEY] = mark
-    else:
-        kwargs.pop(MARK_KEY, None)
-    return message.model_copy(update={"content": new, "additional_kwargs": kwargs})
-
-
-def with_note(message: AIMessage, lines: Sequence[str]) -> AIMessage:
-    """A copy of `message` whose content starts (after its leading thinking blocks, before an OpenAI Responses
-    reasoning item, which stays right before the item it pairs with: `_content.with_text_first`) with the progress
-    note of `lines`; an earlier note in it is replaced. Marked `additional_kwargs["lc_compaction"]["progress_note"]`
-    with the number of calls it names."""
-    message = without_note(message)
-    new = with_text_first(message, "\n".join([PROGRESS_PREFIX, *lines]))
-    kwargs = dict(message.additional_kwargs or {})
-    kwargs[MARK_KEY] = {**(kwargs.get(MARK_KEY) or {}), "progress_note": len(lines)}
-    return message.model_copy(update={"content": new, "additional_kwargs": kwargs})
+    return line + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
 
 
 def terse_note(message: AIMessage) -> AIMessage:
@@ -380,8 +231,8 @@ stays named in a small window (a 4,000-token window, 60 calls of a SWE-bench run
 def _bare_line(line: str) -> str:
     """A line cut to its call and its failure (`terse_note`), the call's arguments to `TERSE_ARGS_CHARS`
     characters (then "...)")."""
-    failure = _parse(line).failure
-    call = line.split(" -> ", 1)[0].split(_FACTS_LEAD, 1)[0]
+    failure = parse_line(line).failure
+    call = line.split(" -> ", 1)[0].split(FACTS_LEAD, 1)[0]
     head, paren, args = call.partition("(")
     if paren and len(args) > TERSE_ARGS_CHARS + 1:
         call = f"{head}({args[:TERSE_ARGS_CHARS]}...)"
@@ -389,25 +240,19 @@ def _bare_line(line: str) -> str:
 
 
 def _terse_line(line: str, guard: FactGuard) -> str:
-    """A note line without its result's size and start: the call (and its failure, `_Line.terse_call`), then
+    """A note line without its result's size and start: the call (and its failure, `NoteLine.terse_call`), then
     `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
     any."""
-    parts = _parse(line)
+    parts = parse_line(line)
     if parts.start:
-        from lc_compaction.strategies.facts import FACTS_SEPARATOR, contains
-
         listed = parts.listed()
         more = [i.value for i in guard.extract(parts.start) if not contains(f"{parts.call}\n{listed}", i)]
         if more:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
-            parts = _Line(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
+            parts = NoteLine(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
                           failure=parts.failure)
     listed = parts.listed()
-    return parts.terse_call() + (f"{_FACTS_LEAD}{listed}" if listed else "")
-
-
-_FACTS_LEAD = " | facts: "
-"""Where a line's identifiers start (`call_line`): they end the line."""
+    return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else "")
 
 
 # ------------------------------------------------------------------------------------------------ folding

@@ -1,6 +1,6 @@
 """Which identifiers of the history so far are still in what is sent: a measure of any strategy's recall.
 
-Deliberately independent of `lc_compaction.strategies.facts` (the fact guard that decides what a summary keeps):
+Deliberately independent of `lc_compaction.facts` (the fact guard that decides what a summary keeps):
 its own small set of patterns, its own text, its own matching, so that a change to the guard cannot make the
 measure agree with it.
 

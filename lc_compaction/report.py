@@ -24,7 +24,7 @@ from lc_compaction._content import arguments_text, content_text
 from lc_compaction.compact import CompactionResult
 from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
 from lc_compaction.replay import CallRecord, ConversationReplay, ReplayReport
-from lc_compaction.strategies.facts import FactGuard, contains, is_guard_line, message_text
+from lc_compaction.facts import FactGuard, contains, is_guard_line, message_text
 from lc_compaction.structure import tool_calls_of, tool_pairs
 from lc_compaction.tokens import TokenCounter, resolve_token_counter
 

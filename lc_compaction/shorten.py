@@ -55,7 +55,8 @@ from lc_compaction.markers import (
     read_truncation_note,
 )
 from lc_compaction.offload import recall_hint
-from lc_compaction.progress import note_lines, terse_note
+from lc_compaction._note import note_lines
+from lc_compaction.progress import terse_note
 from lc_compaction.structure import is_request, tool_calls_of
 
 MIN_TOKENS_TO_CUT = 50

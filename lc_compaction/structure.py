@@ -700,3 +700,16 @@ def ensure_ids(messages: Sequence[BaseMessage], repairs: list[Repair] | None = N
         seen.add(m.id)
         out.append(m)
     return out
+
+
+def running_steps(messages: Sequence[BaseMessage], steps: Sequence[Step]) -> list[Step]:
+    """The assistant steps of the running request (the latest user request while its exchange has not answered:
+    `progress.py`), oldest first; empty when the latest exchange has answered (its last assistant step does not
+    end with a tool result) or has no step yet. O(len(steps))."""
+    exchanges = split_exchanges(steps)
+    if not exchanges or exchanges[-1].request is None:
+        return []
+    loop = [s for s in exchanges[-1].steps if s.kind == "assistant"]
+    if not loop or kind(messages[loop[-1].end - 1]) != TOOL:
+        return []
+    return loop

@@ -1,4 +1,4 @@
-"""The fact guard (lc_compaction/strategies/facts.py): identifier extraction, presence, the bounded facts line."""
+"""The fact guard (lc_compaction/facts.py): identifier extraction, presence, the bounded facts line."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from lc_compaction.markers import fence, make_summary_message
-from lc_compaction.strategies.facts import (
+from lc_compaction.facts import (
     FACTS_PREFIX,
     TOOL_FACTS_PREFIX,
     FactGuard,

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from lc_compaction import CompactionPolicy, Summarize, TruncateToolResults, compact
 from lc_compaction.markers import MARK_KEY, is_shortened, outside_fences, read_truncation_note
 from lc_compaction.progress import _terse_line, call_line, note_lines, terse_note, with_note
-from lc_compaction.strategies.facts import FactGuard
+from lc_compaction.facts import FactGuard
 from lc_compaction.strategies.ledger import entries
 from lc_compaction.structure import check_invariants
 

@@ -17,7 +17,7 @@ from lc_compaction._preview import SIGNAL_LINES, line_count, preview
 from lc_compaction.markers import dropped_marker_facts, is_dropped_marker, is_summary, read_truncation_note
 from lc_compaction.recall import IdentifierTracker, code_identifiers, code_present
 from lc_compaction.replay import replay_conversation
-from lc_compaction.strategies.facts import (
+from lc_compaction.facts import (
     FACTS_SEPARATOR,
     SAID_PREFIX,
     FactGuard,

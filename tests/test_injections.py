@@ -41,7 +41,7 @@ from lc_compaction import CompactionPolicy
 from lc_compaction.markers import fenced_spans, is_summary, outside_fences
 from lc_compaction.progress import note_lines
 from lc_compaction.replay import replay_conversation
-from lc_compaction.strategies.facts import FactGuard
+from lc_compaction.facts import FactGuard
 from lc_compaction.strategies.summarize import Summarize
 from tests.oracle.cases import shared_dir
 

@@ -50,7 +50,7 @@ from lc_compaction.markers import (
 )
 from lc_compaction.progress import note_lines, split_line
 from lc_compaction.shorten import shorten
-from lc_compaction.strategies.facts import (
+from lc_compaction.facts import (
     FACTS_SEPARATOR,
     SAID_PREFIX,
     FactGuard,

@@ -6,7 +6,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from lc_compaction import CompactionPolicy, compact
 from lc_compaction.markers import fence, is_summary, make_summary_message, summary_text
-from lc_compaction.strategies.facts import FACTS_PREFIX, parse_facts_line
+from lc_compaction.facts import FACTS_PREFIX, parse_facts_line
 from lc_compaction.strategies.ledger import (
     EARLIER_SUMMARY,
     LEDGER_HEADER,

@@ -34,7 +34,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from lc_compaction import CompactionPolicy, Summarize, bundled_traces, compact, is_summary, load_traces
 from lc_compaction.integrations import CompactingChatMessageHistory, CompactionMiddleware, CompactionNode
 from lc_compaction.markers import fenced_spans, summary_text, unfence
-from lc_compaction.strategies.facts import FactGuard, contains
+from lc_compaction.facts import FactGuard, contains
 from lc_compaction.strategies.summarize import CUT_MARKER
 from tests.llama_fixture import LLAMA_MARKS, WireLog, real_summarizer
 

@@ -26,7 +26,7 @@ from typing_extensions import TypedDict
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.markers import SUMMARY_PREFIX, is_summary, summary_text
 from lc_compaction.progress import note_lines
-from lc_compaction.strategies.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
+from lc_compaction.facts import FACTS_PREFIX, FactGuard, contains, is_facts_line, parse_facts_line
 from lc_compaction.strategies.ledger import LEDGER_HEADER
 from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.summarize import CUT_MARKER, SummarizationError, Summarize

@@ -23,7 +23,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction.strategies.facts import FactGuard, contains, message_text
+from lc_compaction.facts import FactGuard, contains, message_text
 from lc_compaction.strategies.summarize import Summarize
 
 from tests.oracle import check_all_structural, default_is_summary, load_traces

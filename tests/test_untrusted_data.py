@@ -31,7 +31,7 @@ from lc_compaction.markers import (
     summary_text,
 )
 from lc_compaction.ladder import summary_role
-from lc_compaction.strategies.facts import TOOL_FACTS_PREFIX, FactGuard, parse_facts
+from lc_compaction.facts import TOOL_FACTS_PREFIX, FactGuard, parse_facts
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import PRESETS
 from lc_compaction.strategies.provenance import COPY_MIN_WORDS, ProvenanceGuard

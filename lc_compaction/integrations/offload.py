@@ -40,7 +40,7 @@ from lc_compaction._kinds import AI, kind
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.progress import note_lines, without_note
+from lc_compaction._note import note_lines, without_note
 from lc_compaction.structure import fill_missing_ids
 from lc_compaction.tally import CountTally
 

@@ -1,7 +1,7 @@
 """The strategies of the ladder, one file each. Each follows `lc_compaction.ladder.Strategy`."""
 
 from lc_compaction.strategies.drop import DropOldExchanges
-from lc_compaction.strategies.facts import FactGuard
+from lc_compaction.facts import FactGuard
 from lc_compaction.strategies.summarize import SummarizationError, Summarize
 from lc_compaction.strategies.truncate import TruncateToolResults
 

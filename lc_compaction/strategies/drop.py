@@ -10,7 +10,7 @@ Where messages were dropped it leaves one marker (`markers.make_dropped_marker`:
 the fixed text `markers.DROPPED_TEXT`, counted in the budget), so the model knows something is missing between an
 old request and a much later one, and which identifiers it had seen there (`leave_markers` below):
 
-- the marker carries the identifiers of the messages it stands for (the fact guard's, `strategies/facts.py`:
+- the marker carries the identifiers of the messages it stands for (the fact guard's, `facts.py`:
   reservation ids, flight numbers, amounts, e-mails, ...), on the guard's lines (`FactGuard.facts_line`): those
   the user said (or the agent, and no tool) plain, those that came from tool results fenced and attributed to
   their tool (`markers.UNTRUSTED_DATA_FENCE`), so that tool output never reads as the agent's own words. A
@@ -62,7 +62,7 @@ from lc_compaction.dedup import same_as
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
 from lc_compaction.progress import fold_steps, keep_progress
-from lc_compaction.strategies.facts import (
+from lc_compaction.facts import (
     FactGuard,
     Identifier,
     contains,
@@ -287,7 +287,7 @@ def leave_markers(state: LadderState, chosen: Sequence[int], guard: tuple[FactGu
     notes: dict[int, BaseMessage] = {}
     replaced: dict[int, BaseMessage] = {}
     targets = {k for k, _, _ in planned}
-    # a deduplication note whose earlier copy is dropped gets that copy's content back (`dedup.restore_references`):
+    # a deduplication note whose earlier copy is dropped gets that copy's content back (`dedup.restorations`):
     # what the copy holds stays, so its identifiers are not listed again
     gone = {messages[k].id: messages[k] for k in drop if messages[k].id and messages[k].id in state.pointed_at}
     left = [gone.get(same_as(m) or "", m) for k, m in enumerate(messages) if k not in drop and k not in targets]

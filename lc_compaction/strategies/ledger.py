@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import arguments_text, content_text, is_invalid_call, tool_failure
 from lc_compaction.markers import defang, fence, fenced_lines, is_summary, summary_text
-from lc_compaction.strategies.facts import is_guard_line
+from lc_compaction.facts import is_guard_line
 from lc_compaction.structure import tool_calls_of, tool_pairs
 
 LEDGER_HEADER = "Ledger of the earlier conversation (written by lc-compaction without a model):"

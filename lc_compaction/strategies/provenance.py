@@ -35,7 +35,7 @@ from lc_compaction.markers import (
     outside_fences,
     summary_text,
 )
-from lc_compaction.strategies.facts import Identifier, message_text, occurrences, tool_names, tool_of, trusted_text
+from lc_compaction.facts import Identifier, message_text, occurrences, tool_names, tool_of, trusted_text
 
 COPY_MIN_WORDS = 6
 """Shortest run of words copied from a tool result that the guard fences. A judgment call: six words are fewer

@@ -70,7 +70,7 @@ from lc_compaction._drive import adrive, drive
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
 from lc_compaction.progress import fold_steps, keep_progress
-from lc_compaction.strategies.facts import FactGuard, Identifier, contains, trust
+from lc_compaction.facts import FactGuard, Identifier, contains, trust
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import resolve_prompt
 from lc_compaction.strategies.provenance import ProvenanceGuard

@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import content_text, is_invalid_call
 from lc_compaction.markers import UNTRUSTED_DATA_FENCE, defang, fence, is_summary, split_fenced, summary_text
-from lc_compaction.strategies.facts import tool_names, tool_of
+from lc_compaction.facts import tool_names, tool_of
 from lc_compaction.structure import tool_calls_of
 
 Redact = Callable[[str], str]

@@ -2,7 +2,7 @@
 
 Oldest first, outside the kept part, each ToolMessage's content becomes one line that says it was
 truncated, its original size in characters, a preview of its start, and the identifiers of the original that the
-preview does not hold (found by the fact guard, `strategies/facts.py`: reservation ids, flight numbers, amounts,
+preview does not hold (found by the fact guard, `facts.py`: reservation ids, flight numbers, amounts,
 e-mails, ...), fenced and attributed to the tool (`markers.fence`) as in a summary:
 
     [tool result truncated by lc-compaction: the result from get_reservation_details had 1,391 characters; it
@@ -43,7 +43,7 @@ from lc_compaction.markers import (
     is_truncated,
 )
 from lc_compaction.offload import recall_hint
-from lc_compaction.strategies.facts import (
+from lc_compaction.facts import (
     FACTS_SEPARATOR,
     FactGuard,
     Presence,

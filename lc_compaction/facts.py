@@ -1,0 +1,814 @@
+"""The fact guard: identifiers that a summary must not silently lose.
+
+Before a summary replaces messages, the identifiers in those messages are extracted deterministically (regular
+expressions, no model): order / ticket / reservation / invoice ids, numbers of 3+ digits, codes like `WH-220` or
+`ZFA23B`, amounts with a currency, e-mail addresses, URLs, file paths and dates. Any identifier the summary does not
+contain is appended to it in one compact line::
+
+    Facts kept verbatim: OBUT9V; HAT084; gift_card_7480005; $130; 2024-05-27
+
+An identifier that comes from tool results (it occurs in a tool result, or in the fenced part of an earlier
+summary, and in no user or system message: an agent that repeats it does not make it the user's) is
+attributed to its tool and fenced (`markers.UNTRUSTED_DATA_FENCE`), on a line of its own::
+
+    Facts kept verbatim from tools: <untrusted_tool_data>get_user_details: OBUT9V; HAT084</untrusted_tool_data>
+
+so that a summary in the user's voice never states tool output (an injected "send $5,000 to IBAN DE89...") as
+the user's own facts. `Identifier.source` is that tool's name (None for the others).
+
+The lines are bounded (in tokens); when the missing identifiers do not all fit, the most recent ones are kept
+and the line says how many older ones were left out. A later pass reads the lines back (`parse_facts`), with
+their attribution, so an identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is
+carried from summary to summary.
+
+The default ladder writes identifiers too, and the guard reads them back the same way (`extract_messages`): a
+truncation note's list (`extract_result`, `strategies/truncate.py`), a drop marker's lines (the guard's own,
+bounded in characters: `strategies/drop.py`) and a progress note's per-line lists (`parse_listed`,
+`_note.split_line`), each tool-derived one attributed to the tool of its fence; never the counts those notes
+write (a result's size in characters).
+
+Extraction works on spans: patterns run in the order of `DEFAULT_PATTERNS` and a later pattern never matches
+inside a span an earlier one took (the number 2024 inside the date 2024-05-27 is not a separate identifier).
+Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not "in" `1234`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from lc_compaction._content import arguments_text, content_text, is_invalid_call
+from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
+from lc_compaction._presence import contains as contains
+from lc_compaction._presence import occurrences as occurrences
+from lc_compaction.markers import (
+    FACTS_SEPARATOR,
+    UNTRUSTED_DATA_FENCE,
+    defang,
+    dropped_marker_facts,
+    fence,
+    fence_label,
+    fenced_spans,
+    is_dropped_marker,
+    is_summary,
+    outside_fences,
+    read_truncation_note,
+    summary_text,
+    unfence,
+)
+from lc_compaction._note import note_lines, split_line, without_note
+from lc_compaction.structure import tool_calls_of, tool_pairs
+
+FACTS_PREFIX = "Facts kept verbatim: "
+"""Start of the guard's line in a summary; `parse_facts_line` looks for it."""
+
+TOOL_FACTS_PREFIX = "Facts kept verbatim from tools: "
+"""Start of the guard's line of tool-derived identifiers, each tool's inside its own fence."""
+
+
+FACTS_KEY = ": "
+"""Between a key and its value in a list (`price: 136`: `Identifier.key`). No pattern's value holds it."""
+
+_KEY_NAME = re.compile(r"[^;:\n\"'<>]{1,60}")
+"""What a key may be when a list is read back: no separator, colon, quote or fence character."""
+
+_KEYS = re.compile(r"[\"']([^\"'\n:;<>]{1,60})[\"']\s{0,3}:(?!:)"
+                   r"|(?m:^[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$))")
+"""A key in a JSON or Python object (`"price":`, `'price':`) or a YAML mapping (`price:` at a line's start, after
+`- ` in a list): group 1 or 2. Bounded: linear in the text."""
+
+_YAML_START = re.compile(r"(?:\s{0,40}(?:- )?[A-Za-z_][\w.-]{0,60}:(?:[ \t][^\n]{0,2000})?\n){2}")
+"""Two lines that start with a YAML key: what makes a text `keyed` (one alone may be a log's `Error: ...`)."""
+
+SAID_PREFIX = "The user said, verbatim: "
+"""Start of the line that keeps a user's short turns word for word (`FactGuard.said_line`), each a JSON string: a
+correction ("use the streaming pipeline instead") is words, not identifiers, and a drop marker or a summary
+that kept only its reference code would lose what it asked."""
+
+SAID_TURN_CHARS = 300
+"""The longest user turn (characters, whitespace collapsed) a said line keeps: a correction or a short answer is
+kept whole; a longer turn is a request, whose identifiers the facts lines keep (the tau-bench conversations of
+the shared traces: 97% of the user turns after the first are under 300 characters)."""
+
+DEFAULT_SAID_CHARS = 600
+"""Default bound of a said line's quotes, in characters (the JSON strings and their separators): two turns of
+the longest kept, or a handful of short answers; the most recent are kept (a correction comes after what it
+corrects)."""
+
+FACTS_OMITTED = " (+{n} older omitted)"
+"""Appended to the facts line when the bound left `n` identifiers out."""
+
+DEFAULT_MAX_FACT_TOKENS = 800
+"""Default bound of the facts line, in tokens. Measured on the 40 tau-bench airline conversations of the shared
+traces replayed at an 8,000-token window with a model whose summaries hold no identifier at all (the worst case:
+the line must carry every one): the longest line needed was 657 tokens. 800 keeps every identifier there and is
+a tenth of such a window."""
+
+_MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
+           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)")
+_FILE_EXT = (r"(?:py|pyi|ipynb|js|jsx|ts|tsx|mjs|java|kt|go|rs|rb|php|c|cc|cpp|h|hpp|cs|swift|scala|sh|bash|"
+             r"sql|md|rst|txt|json|jsonl|yaml|yml|toml|ini|cfg|conf|csv|tsv|xml|html|css|lock|log|env|pdf|"
+             r"docx?|xlsx?|pptx?|png|jpe?g|gif|svg|zip|gz|tar)")
+
+_CUR = r"(?:USD|EUR|GBP|JPY|CHF|CAD|AUD|INR)"
+_NUM = r"(?:\d{1,3}(?:,\d{3}){1,6}|\d{1,15})(?:\.\d{1,4})?"
+_NOT_IN_CODE = r"(?<![A-Za-z]-)"
+"""Before an amount or a date: not right after a letter and a hyphen, inside a code (`TL-056CAD`, `INV-2024EUR`,
+`build-2024-05-20`: the code is the identifier, not an amount or a date cut from it)."""
+_HEX = r"[0-9A-Fa-f]"
+_H16 = rf"{_HEX}{{1,4}}"
+_IPV6 = (rf"(?:{_H16}:){{7}}{_H16}"
+         rf"|(?:{_H16}:){{1,6}}(?::{_H16}){{1,6}}"
+         rf"|(?:{_H16}:){{1,7}}:"
+         rf"|::(?:{_H16}:){{0,6}}{_H16}")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_FILE = (rf"(?:(?:~|\.{{1,2}})?/)?(?:[\w.@+-]{{1,128}}/){{0,32}}[\w@+-][\w.@+-]{{0,127}}\.{_FILE_EXT}")
+
+DEFAULT_PATTERNS: dict[str, str] = {
+    # a URL, up to whitespace or a closing quote/bracket; trailing punctuation is trimmed by `_trim`
+    "url": r"\b(?:https?|ftp)://[^\s<>\"'`\]\[)(}{]{1,2000}",
+    "email": r"(?<![\w.%+-])[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b",
+    # a test's node id: tests/test_x.py::TestY::test_z[param]
+    "pytest_id": (r"(?<![\w/.@+~-])(?:(?:~|\.{1,2})?/)?(?:[\w.@+-]{1,128}/){0,32}[\w@+-][\w.@+-]{0,127}\.py"
+                  r"::\w{1,200}(?:::\w{1,200}){0,8}(?:\[[^\]\s]{0,200}\])?"),
+    # a file and its line (and column): src/mod.py:42, mod.py:42:7
+    "file_line": rf"(?<![\w/.@+~-]){_FILE}:\d{{1,7}}(?::\d{{1,5}})?(?![\d])",
+    # C:\dir\file, /abs/path (2+ parts), ~/x, ./x, dir/sub/file.ext, or a bare file name with a known extension
+    "path": (r"\b[A-Za-z]:\\(?:[\w.-]{1,128}\\){0,32}[\w.-]{1,128}"
+             r"|(?<![\w/.@+~-])(?:~|\.{1,2})?/(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}"
+             r"|(?<![\w/.@+~-])(?:~|\.{1,2})/[\w.@+-]{1,128}"
+             r"|(?<![\w/.@+-])(?:[\w.@+-]{1,128}/){1,32}[\w.@+-]{1,128}\.\w{1,8}"
+             rf"|(?<![\w/.-])[\w-]{{1,128}}(?:\.[\w-]{{1,64}}){{0,8}}\.{_FILE_EXT}(?![\w.])"),
+    "uuid": rf"(?<![\w-]){_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])",
+    # an IPv6 address, in brackets with its port ([2001:db8::1]:8080) or bare (2001:db8::1, ::1, fe80::1)
+    "ipv6": rf"\[(?:{_IPV6})\](?::\d{{1,5}})?(?!\d)|(?<![\w:.])(?:{_IPV6})(?![\w:.]|\.\d)",
+    # an IPv4 address and its port: 10.0.0.12, 192.168.1.7:8080
+    "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?![\w.]|\.\d)",
+    # a digest with its algorithm: sha256:9f86d0..., md5-0cc175...
+    "digest": rf"(?i:\b(?:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[:-]){_HEX}{{16,128}}(?!\w)",
+    "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}"
+             r"(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+             r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+             rf"|\b{_MONTHS}\.? \d{{1,2}}(?:st|nd|rd|th)?(?:,? \d{{4}})?\b"
+             rf"|\b\d{{1,2}}(?:st|nd|rd|th)? {_MONTHS},? \d{{4}}\b"),
+    # an amount never starts or ends inside a code (`TL-056CAD`, `INV-2024EUR`, `TL-CAD123` are codes)
+    "amount": (rf"[$€£¥₹]{_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
+               rf"|{_NOT_IN_CODE}\b{_CUR}\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
+               rf"|(?<![\w,.]){_NOT_IN_CODE}{_NUM}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w)"),
+    # the value of a JSON field named *id / *_number / *code / *ref (`"reservation_id": "AQLBTL"`): group 1
+    "keyed_id": r"\"\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference)\"\s{0,3}:\s{0,3}\"([^\"\s]{3,64})\"",
+    # the number value of a JSON field naming money (`"price": 55`, `"amount": 12.5`): group 1; an amount of two
+    # digits or more, or with decimals (3+ digit numbers are found anyway, a one-digit count is not an amount)
+    "keyed_amount": (r"\"\w{0,40}(?:price|amount|balance|total|cost|fee|refund|fare|charge|paid)\w{0,20}\"\s{0,3}:"
+                     r"\s{0,3}(\d{2,12}(?:\.\d{1,4})?|\d\.\d{1,4})(?![\d.])"),
+    # the same fields as a note's preview writes them (`reservation_id: AQLBTL; price: 65`: `_preview.py`), or YAML:
+    # the value, with a capital letter or a digit, after the key and ": ": group 1
+    "keyed_pair": (r"(?<![\w\"'])\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference|price|amount|balance|"
+                   r"total|cost|fee|refund|fare|charge|paid)\w{0,20}: ((?=[^\s;]{0,63}[A-Z0-9])[^\s;\"']{2,64}?)"
+                   r"(?=[;,]?(?:\s|$))"),
+    # an id named in prose: `order #W2378156`, `ticket no. 4471`, `reservation ID "OBUT9V"`: group 1
+    "named_id": (r"(?i:\b(?:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
+                 r"receipt|account)s?\b(?:\s{1,3}(?:id|number|no\.?|code|ref))?\s{0,3}(?:is|was|:)?\s{0,3}[\"'“]?)"
+                 r"(#?(?=[\w-]{0,63}\d|[A-Z0-9-]{4,64}(?![\w-]))[A-Za-z0-9][\w-]{2,63})(?![\w-])"),
+    # a line of a file: `line 42` (a traceback's frame, a linter's message)
+    "line": r"\b[Ll]ine \d{1,7}(?![\d.]\d|\w)",
+    # an exception or warning type: ValueError, AssertionError, KeyboardInterrupt (not `Error` alone)
+    "error_type": (r"(?<![\w.])(?:[A-Z][A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|KeyboardInterrupt|SystemExit|"
+                   r"StopIteration|GeneratorExit)(?!\w)"),
+    # the name a Python `def` or `class` defines: group 1
+    "definition": r"\b(?:def|class)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])",
+    # a dotted name: pkg.mod.func, self.opts, np.where (the first part of two characters or more: not `e.g`)
+    "dotted": r"(?<![\w./@-])[A-Za-z_]\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?![\w-]|\.[A-Za-z_])",
+    # long hexadecimal: a git sha (b0ff879), a hash; 7 to 64 digits, at least one 0-9 and one a-f
+    "hex": r"(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f]{7,64}(?![\w-])|\b0x[0-9A-Fa-f]{4,32}\b",
+    # codes: WH-220, ZFA23B, HAT084, #W2378156 (upper-case letters and digits, at least one of each, 4+ chars);
+    # a hyphenated code of letters only (6+ characters) when a part of two letters or more has no vowel, or a part
+    # of four or more is hexadecimal (RQ-FACADE, TL-BAAFFC; not NON-REFUNDABLE)
+    "code": (r"#[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
+             r"|(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9]{1,20}(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
+             r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"
+             r"|(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
+             r"[A-Z]{1,20}(?:-[A-Z]{1,20}){1,5}(?![\w-])"),
+    # slugs with a digit: sofia_kim_7287, gift_card_7480005, build-1142
+    "slug": r"(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}(?![\w-])",
+    # numbers of 3+ digits: 4421486, 1,234, 255.0 (not part of a word, not the decimals of another number)
+    "number": r"(?<![\w.,])(?:\d{1,3}(?:,\d{3}){1,6}|\d{3,30})(?:\.\d{1,6})?(?!\w)",
+}
+"""The identifier patterns, in priority order (kind -> regular expression). Where a pattern has a group 1, the
+group is the identifier (the rest is context). Every repetition is bounded and a match cannot start inside a run
+of the characters it consumes, so extraction stays linear in the text's length (no catastrophic backtracking on
+a 40,000-character run of `A-A-A-...` or `1,000,1,000,...`). Sources: the issue's list (ids, 3+ digit numbers,
+codes, amounts, e-mails, URLs, paths, dates); the shapes come from the shared traces (tau-bench's `OBUT9V`, `HAT084`,
+`gift_card_7480005`, `"reservation_id": "AQLBTL"`, the two-digit `"price": 65` of a flight) and the cases
+(`WH-220`, `ZFA23B`); issue 20 (class 8: UUIDs, IPv4 and IPv6 addresses with their port, `sha256:` digests and
+long hexadecimal, codes whose tail has no digit, codes that end in a currency code) and issue 24 (what a coding
+agent needs: `file.py:N`, `line N`, pytest ids, error types, def/class names, dotted names, git shas; the shapes
+from the SWE-agent conversations of the shared traces)."""
+
+_TRAILING = ".,;:!?)]}'\"»”’"
+
+_NEEDS: dict[str, re.Pattern[str]] = {
+    "url": re.compile(r"://"),
+    "email": re.compile(r"@"),
+    "path": re.compile(r"[/\\]|\." + _FILE_EXT + r"(?![\w.])"),
+    "date": re.compile(r"[-/]|" + _MONTHS),
+    "amount": re.compile(r"[$€£¥₹]|" + _CUR + r"|dollars|euros|pounds"),
+    "keyed_id": re.compile(r'"'),
+    "keyed_amount": re.compile(r'"'),
+    "named_id": re.compile(r"(?i:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
+                           r"receipt|account)"),
+    "keyed_pair": re.compile(r"\w: "),
+    "pytest_id": re.compile(r"\.py::"),
+    "file_line": re.compile(r"\.\w{1,8}:\d"),
+    "uuid": re.compile(r"-" + _HEX + r"{4}-"),
+    "ipv6": re.compile(r"::|" + _HEX + r":" + _HEX),
+    "ipv4": re.compile(r"\d\.\d{1,3}\.\d"),
+    "digest": re.compile(r"(?i:sha|md5|blake)"),
+    "line": re.compile(r"[Ll]ine \d"),
+    "error_type": re.compile(r"Error|Exception|Warning|KeyboardInterrupt|SystemExit|StopIteration|GeneratorExit"),
+    "definition": re.compile(r"\b(?:def|class)\s"),
+    "dotted": re.compile(r"\w\.[A-Za-z_]"),
+}
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
+without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
+follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, a path a slash, a backslash or a
+known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
+quote, a keyed pair a word character, a colon and a space, a named id its noun, a pytest id `.py::`, a file's
+line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address
+`d.ddd.d`, a digest its algorithm's name, a line `line N`, an error type its ending, a definition `def` or
+`class`, a dotted name a word character, a dot and a letter. Used only while the pattern is the built-in one."""
+
+EXTRACT_CHUNK = 1024
+"""Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
+list (a truncation note's, a progress line's) reads as many chunks as it needs to fill up, not the whole result."""
+
+_EXTRACT_CACHE = 64
+"""Texts whose extraction a guard remembers (by content; all are forgotten when there are more): the same result
+is read by several strategies and passes of one compaction."""
+
+
+@dataclass(frozen=True)
+class Identifier:
+    """One identifier: its verbatim `value` (characters as written), the `kind` of pattern that found it, its
+    `source`: the name of the tool whose result it came from when it comes from tool results only (see the
+    module docstring), else None, and its `key`: the name of the field it is the value of, in a JSON, Python or
+    YAML result (`"price": 136` gives value "136", key "price"; `keyed`), else None. A list writes it
+    `key: value` (`FACTS_KEY`), and a reading of the list gives the key back."""
+
+    value: str
+    kind: str
+    source: str | None = None
+    key: str | None = None
+
+
+@dataclass
+class GuardResult:
+    """What the guard did to one summary.
+
+    Attributes:
+        text: the summary text with the facts line appended (unchanged when nothing was missing).
+        identifiers: every identifier guarded (distinct values), oldest first.
+        kept_by_summary: how many of them the summary contained on its own.
+        added: how many the guard's lines added (the said line's quotes, then the facts line).
+        omitted: how many were missing but did not fit the bound (the oldest ones).
+    """
+
+    text: str
+    identifiers: list[Identifier] = field(default_factory=list)
+    kept_by_summary: int = 0
+    added: int = 0
+    omitted: int = 0
+
+
+def keyed(text: str) -> bool:
+    """Whether `text` is a structured result whose identifiers are listed with their keys (`Identifier.key`): it
+    starts with `{` or `[` (JSON, a Python repr), or its first two lines start with a YAML key (`price: 136`,
+    `- id: 7`)."""
+    lead = text.lstrip()[:1]
+    if lead:
+        return lead in ("{", "[") or _YAML_START.match(text) is not None
+    return False
+
+
+def _trim(value: str) -> str:
+    while value and value[-1] in _TRAILING:
+        if value[-1] in ")]}" and value.count({")": "(", "]": "[", "}": "{"}[value[-1]]) >= value.count(value[-1]):
+            break  # a balanced closing bracket belongs to the value (a URL with parentheses)
+        value = value[:-1]
+    return value
+
+
+def _cut(text: str, at: int) -> int:
+    """Where the chunk of `text` that starts at `at` ends (`FactGuard.first`): `EXTRACT_CHUNK` characters on, moved
+    back to just after the last line break in its second half, else before the last `"` that opens a JSON key or
+    value after `, ` or `: `, else after the last space that follows neither a letter nor a digit (an identifier
+    such as a date, `Jan 5, 2024`, or an amount, `USD 100`, is never cut), else there."""
+    end = at + EXTRACT_CHUNK
+    if end >= len(text):
+        return len(text)
+    half = at + EXTRACT_CHUNK // 2
+    k = text.rfind("\n", half, end)
+    if k >= 0:
+        return k + 1
+    k = max(text.rfind(', "', half, end), text.rfind(': "', half, end))
+    if k >= 0:
+        return k + 2
+    k = end
+    while k > half:
+        k = text.rfind(" ", half, k)
+        if k <= half:
+            break
+        if not text[k - 1].isalnum():
+            return k + 1
+    return end
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text the guard reads from a message: its readable content (text blocks; other blocks named by type,
+    never dumped), the arguments of its tool calls as JSON (of an invalid call, its raw string), and for a summary
+    its own text (without the prefix)."""
+    if is_summary(message):
+        return summary_text(message)
+    parts = [content_text(message.content)]
+    if isinstance(message, AIMessage):
+        for call in tool_calls_of(message):  # an invalid call's raw argument string as it is
+            parts.append(arguments_text(call.get("args") if is_invalid_call(call) else call.get("args") or {}))
+    return "\n".join(p for p in parts if p)
+
+
+def parse_facts_line(text: str) -> list[str]:
+    """The identifiers listed in the facts line(s) of a summary text (empty when it has none), both lines."""
+    return [i.value for i in parse_facts(text)]
+
+
+def parse_facts(text: str) -> list[Identifier]:
+    """The identifiers of the facts lines of a summary text, in order, kind "carried"; those of the tools' line
+    with their tool as `source`."""
+    out: list[Identifier] = []
+    for line in text.splitlines():
+        if line.startswith(FACTS_PREFIX):
+            out.extend(_carried(v) for v in _values(line[len(FACTS_PREFIX):]))
+        elif line.startswith(TOOL_FACTS_PREFIX):
+            body = line[len(TOOL_FACTS_PREFIX):]
+            for start, end in fenced_spans(body):
+                tool, inner = unfence(body[start:end])
+                out.extend(_carried(v, tool or "tool") for v in _values(inner))
+    return out
+
+
+def parse_listed(body: str) -> list[Identifier]:
+    """The identifiers of a list written as `A; B; <untrusted_tool_data>tool: C; D</untrusted_tool_data>` (a
+    progress note line's facts, `progress.call_line`), in order, kind "carried": the plain ones without a source,
+    the fenced ones with the fence's tool; a trailing " (+n more)" or " (+more)" is not one."""
+    body = re.sub(r" \(\+(?:\d+ )?more\)$", "", body.rstrip())
+    out: list[Identifier] = []
+    at = 0
+    for start, end in [*fenced_spans(body), (len(body), len(body))]:
+        out.extend(_carried(v.strip()) for v in body[at:start].split(FACTS_SEPARATOR.strip()) if v.strip())
+        if start < end:
+            tool, inner = unfence(body[start:end])
+            out.extend(_carried(v, tool or "tool") for v in inner.split(FACTS_SEPARATOR) if v)
+        at = end
+    return out
+
+
+def _values(body: str) -> list[str]:
+    """The items of a list (`A; key: B; C`), a trailing " (+n older omitted)" or " (+n more)" left out."""
+    body = re.sub(r" \(\+(?:\d+ older omitted|(?:\d+ )?more)\)$", "", body.rstrip())
+    return [v for v in body.split(FACTS_SEPARATOR) if v]
+
+
+def _carried(item: str, source: str | None = None) -> Identifier:
+    """The identifier an item of a list gives back (kind "carried"): `key: value` its value with its key (no
+    pattern's value holds ": "), else the item itself."""
+    key, sep, value = item.partition(FACTS_KEY)
+    if sep and value and _KEY_NAME.fullmatch(key):
+        return Identifier(value, "carried", source, key)
+    return Identifier(item, "carried", source)
+
+
+_BARE_NUMBER = re.compile(r"[\d.,]{1,40}")
+
+
+def _item(identifier: Identifier) -> str:
+    """How a list writes an identifier: `key: value` (`FACTS_KEY`) when it has a key and is a bare number (a
+    number alone says nothing: `price: 136; seats: 109`, not `136; 109`), else its value (`HAT170`, an e-mail, a
+    date say what they are; their keys would take the room of other identifiers: on the tau-bench conversations
+    replayed at 4,000 tokens, keys on every value let the bounded lists hold 95.1% of the (call, identifier)
+    pairs instead of 99.2%)."""
+    if identifier.key and _BARE_NUMBER.fullmatch(identifier.value):
+        return f"{identifier.key}{FACTS_KEY}{identifier.value}"
+    return identifier.value
+
+
+def parse_said(text: str) -> list[str]:
+    """The user turns kept by the said lines of `text` (`SAID_PREFIX`), in order."""
+    out: list[str] = []
+    decoder = json.JSONDecoder()
+    for line in text.splitlines():
+        if not line.startswith(SAID_PREFIX):
+            continue
+        at = len(SAID_PREFIX)
+        while at < len(line) and line[at] == '"':
+            try:
+                turn, at = decoder.raw_decode(line, at)
+            except ValueError:
+                break
+            if isinstance(turn, str):
+                out.append(turn)
+            at += len(FACTS_SEPARATOR) if line.startswith(FACTS_SEPARATOR, at) else 0
+    return out
+
+
+def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
+    """The short user turns of `messages`, oldest first: the text of each user message (not a summary) of at most
+    `SAID_TURN_CHARS` characters once its whitespace is collapsed, and the turns that the said lines of a drop
+    marker or a summary among them keep (`parse_said`)."""
+    out: list[str] = []
+    for m in messages:
+        if is_summary(m):
+            out.extend(parse_said(summary_text(m)))
+        elif is_dropped_marker(m):
+            out.extend(parse_said(dropped_marker_facts(m)))
+        elif isinstance(m, HumanMessage):
+            text = " ".join(content_text(m.content).split())
+            if text and len(text) <= SAID_TURN_CHARS:
+                out.append(text)
+    return out
+
+
+def is_facts_line(line: str) -> bool:
+    """Whether `line` is one of the guard's identifier lines (identifiers, or tool-derived identifiers)."""
+    return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX))
+
+
+def is_guard_line(line: str) -> bool:
+    """Whether `line` is one the guard appends: a facts line (`is_facts_line`) or a said line (`SAID_PREFIX`)."""
+    return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX, SAID_PREFIX))
+
+
+class FactGuard:
+    """Extracts identifiers and appends the ones a summary misses.
+
+    Args:
+        extra_patterns: more patterns, kind -> regular expression (a group 1, if any, is the identifier); they
+            run after the built-in ones (a span already taken is not matched twice). A sequence of expressions
+            is accepted too (kinds "custom_0", "custom_1", ...).
+        patterns: replace the built-in patterns entirely (default `DEFAULT_PATTERNS`).
+        max_tokens: bound of the facts line in tokens (default `DEFAULT_MAX_FACT_TOKENS`); the most recent
+            identifiers are kept when they do not all fit.
+        said_chars: bound of the said line (`said_line`: a user's short turns kept word for word in a drop
+            marker or a summary), in characters (default `DEFAULT_SAID_CHARS`; 0: no said line).
+
+    Raises:
+        ValueError: a pattern does not compile (naming its kind), `max_tokens` < 1 or `said_chars` < 0.
+    """
+
+    def __init__(self, extra_patterns: Mapping[str, str] | Sequence[str] | None = None, *,
+                 patterns: Mapping[str, str] | None = None, max_tokens: int = DEFAULT_MAX_FACT_TOKENS,
+                 said_chars: int = DEFAULT_SAID_CHARS):
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens: the facts line bound must be a positive int (tokens), got {max_tokens!r}")
+        if isinstance(said_chars, bool) or not isinstance(said_chars, int) or said_chars < 0:
+            raise ValueError(f"said_chars: the said line bound must be an int >= 0 (characters), got {said_chars!r}")
+        self.max_tokens = max_tokens
+        self.said_chars = said_chars
+        base = dict(DEFAULT_PATTERNS if patterns is None else patterns)
+        if extra_patterns is not None and not isinstance(extra_patterns, Mapping):
+            if isinstance(extra_patterns, str):
+                extra_patterns = [extra_patterns]
+            extra_patterns = {f"custom_{i}": p for i, p in enumerate(extra_patterns)}
+        base.update(extra_patterns or {})
+        self.patterns: dict[str, re.Pattern[str]] = {}
+        for kind, expr in base.items():
+            try:
+                self.patterns[kind] = re.compile(expr)
+            except re.error as exc:
+                raise ValueError(f"fact guard pattern {kind!r} does not compile: {exc}") from exc
+        self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
+        self._cache: dict[str, tuple[tuple[int, Identifier], ...]] = {}
+
+    # ------------------------------------------------------------------ extraction
+    def extract(self, text: str) -> list[Identifier]:
+        """Identifiers in `text`, distinct values in order of first appearance. Linear in the text's length, and
+        O(m log m) in the matches."""
+        return _distinct(i for _, i in self._found(text))
+
+    def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
+              keys: bool = False) -> tuple[list[str], int | None]:
+        """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
+        `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
+        `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
+        that a bounded list costs what it lists, not the whole text. With `keys` (for a `keyed` text), each is
+        written `key: value` when it is the value of a field (`Identifier.key`; the key counts in the bound).
+        Returns (items, more): `more` is the count of accepted identifiers left out when the whole text was read,
+        None when the list filled up before its end (how many more there are was not looked for)."""
+        shown: list[str] = []
+        seen: set[str] = set()
+        size, more, at = 0, 0, 0
+        last: str | None = None
+        while at < len(text):
+            end = _cut(text, at)
+            chunk = text[at:end]
+            found = self._found(chunk)
+            if keys:
+                found, last = _with_keys(chunk, found, last)
+            for _, ident in found:
+                key = ident.value.casefold()
+                if key in seen or not keep(ident):
+                    continue
+                seen.add(key)
+                item = _item(ident)
+                size += len(item) + (len(FACTS_SEPARATOR) if shown else 0)
+                if more or size > max_chars:
+                    more += 1
+                else:
+                    shown.append(item)
+            at = end
+            if more and at < len(text):
+                return shown, None
+        return shown, more
+
+    def _found(self, text: str) -> list[tuple[int, Identifier]]:
+        """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
+        last `_EXTRACT_CACHE` texts."""
+        cached = self._cache.get(text)
+        if cached is not None:
+            return list(cached)
+        found = self._search(text)
+        if len(self._cache) >= _EXTRACT_CACHE:
+            self._cache.clear()
+        self._cache[text] = tuple(found)
+        return found
+
+    def _search(self, text: str) -> list[tuple[int, Identifier]]:
+        starts: list[int] = []  # the spans taken so far, disjoint, sorted by start (bisect keeps it so)
+        ends: list[int] = []
+        found: list[tuple[int, Identifier]] = []
+        for kind, pattern in self.patterns.items():
+            need = self._needs.get(kind)
+            if need is not None and need.search(text) is None:
+                continue
+            for m in pattern.finditer(text):
+                group = 1 if pattern.groups and m.group(1) is not None else 0
+                start = m.start(group)
+                value = _trim(m.group(group))
+                end = start + len(value)
+                k = bisect.bisect_left(starts, end)  # spans starting before `end`: only the last can overlap
+                if not value.strip() or (k and ends[k - 1] > start):
+                    continue
+                starts.insert(k, start)
+                ends.insert(k, end)
+                found.append((start, Identifier(value, kind)))
+        found.sort(key=lambda x: x[0])
+        return found
+
+    def extract_result(self, message: BaseMessage) -> list[Identifier]:
+        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
+        (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
+        kind "carried", with their keys), never the note's own words and size; of a `keyed` tool result, each with
+        the key of its field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
+        note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
+        if note is None:
+            text = message_text(message)
+            if isinstance(message, ToolMessage) and keyed(text):
+                return _distinct(i for _, i in _with_keys(text, self._found(text))[0])
+            return self.extract(text)
+        listed = (_carried(v) for v in _values(note.identifiers))
+        return _distinct([*self.extract(note.start), *listed])
+
+    def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
+        """Identifiers of several messages, oldest first (distinct values), each with its `source`: the tool
+        whose result it first occurs in, when it occurs in tool results (or the fenced part of an earlier
+        summary, drop marker or progress note) and in no user or system message (nor the unfenced part of an
+        earlier summary); else None. For a summary message, and for a drop marker (`markers.make_dropped_marker`),
+        the identifiers of its facts lines come first (they are older than its prose), read back verbatim with
+        their attribution; a truncation note gives the identifiers of the original it names
+        (`extract_result`); in an assistant message, an identifier inside a fence (a progress note's results) is
+        its fence's tool's."""
+        messages = list(messages)
+        found: list[Identifier] = []
+        trusted: list[str] = []  # what the user (or the system) said: its identifiers are never tool-derived
+        names = tool_names(messages)
+        for m in messages:
+            if is_summary(m):
+                text = summary_text(m)
+                carried = parse_facts(text)
+                found.extend(carried)
+                trusted.extend(i.value for i in carried if i.source is None)
+                body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
+                found.extend(self._fenced(body))
+                trusted.append(outside_fences(body))
+            elif isinstance(m, ToolMessage):
+                tool = tool_of(m, names)
+                found.extend(replace(i, source=tool) for i in self.extract_result(m))
+            elif isinstance(m, (HumanMessage, SystemMessage)):
+                trusted.append(message_text(m))
+                found.extend(self.extract(message_text(m)))
+            elif is_dropped_marker(m):  # the agent's voice: its plain identifiers are not the user's
+                facts = dropped_marker_facts(m)
+                said = "\n".join(parse_said(facts))  # but its quotes of the user are (`said_line`)
+                trusted.append(said)
+                found.extend(self.extract(said))
+                found.extend(parse_facts(facts))
+            elif isinstance(m, AIMessage) and note_lines(m):  # a progress note, then the message's own text
+                for line in note_lines(m):
+                    call, listed = split_line(line)
+                    found.extend(self._fenced(call))
+                    found.extend(parse_listed(listed))
+                found.extend(self._fenced(message_text(without_note(m))))
+            else:
+                found.extend(self._fenced(message_text(m)))
+        return _attributed(found, "\n".join(trusted))
+
+    def _fenced(self, text: str) -> list[Identifier]:
+        """Every identifier match in `text` (not made distinct: `_attributed` does), each one inside a fence
+        attributed to the fence's tool (`markers.fence_label`, "tool" when it names none)."""
+        if UNTRUSTED_DATA_FENCE[0] not in text:
+            return self.extract(text)
+        spans = fenced_spans(text)
+        out = []
+        for start, ident in self._found(text):
+            tool = next((fence_label(text[a:b]) or "tool" for a, b in spans if a <= start < b), None)
+            out.append(replace(ident, source=tool))
+        return out
+
+    # ------------------------------------------------------------------ the guard
+    def facts_line(self, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
+                   max_tokens: int | None = None, redact: Callable[[str], str] | None = None) -> tuple[str, int]:
+        """The line(s) listing `identifiers` (oldest first), bounded by `max_tokens` (default `self.max_tokens`)
+        tokens of `count_text`; the most recent are kept. Identifiers with a `source` go on the tools' line, each
+        tool's fenced. `redact` (a callable on text) is applied to each value. Returns (the lines joined by a
+        newline, number omitted); ("", 0) for none."""
+        if not identifiers:
+            return "", 0
+        bound = self.max_tokens if max_tokens is None else max_tokens
+        shown = [replace(i, value=redact(i.value)) for i in identifiers] if redact else list(identifiers)
+        # the largest k such that the k most recent fit (monotone in k: binary search, O(log n) counts)
+        lo, hi = 0, len(shown)
+        while lo < hi:
+            k = (lo + hi + 1) // 2
+            if count_text(self._render(shown[-k:], len(shown) - k)) <= bound:
+                lo = k
+            else:
+                hi = k - 1
+        if lo == 0:
+            return "", len(shown)
+        return self._render(shown[-lo:], len(shown) - lo), len(shown) - lo
+
+    @staticmethod
+    def _render(identifiers: Sequence[Identifier], omitted: int) -> str:
+        plain = [defang(_item(i)) for i in identifiers if i.source is None]
+        tools: dict[str, list[str]] = {}
+        for i in identifiers:
+            if i.source is not None:
+                tools.setdefault(i.source, []).append(_item(i))
+        lines = []
+        if plain:
+            lines.append(FACTS_PREFIX + FACTS_SEPARATOR.join(plain))
+        if tools:
+            lines.append(TOOL_FACTS_PREFIX + " ".join(fence(FACTS_SEPARATOR.join(v), t) for t, v in tools.items()))
+        return "\n".join(lines) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
+
+    def said_line(self, messages: Iterable[BaseMessage], max_chars: int | None = None, *, besides: str = "") -> str:
+        """The line that keeps the short user turns of `messages` word for word (`said_turns`): `SAID_PREFIX`, then
+        each turn as a JSON string (its fence strings neutralized, `markers.defang`), `FACTS_SEPARATOR` between
+        them, oldest first; the most recent that fit in `max_chars` characters (default `self.said_chars`), then
+        " (+n older omitted)" when some did not. A turn that `besides` (the text the line goes with) holds word
+        for word, and a repeated one, is not quoted again. "" when there is none (or the bound is 0)."""
+        bound = self.said_chars if max_chars is None else max_chars
+        if not bound:
+            return ""
+        near = " ".join(besides.split())
+        turns = list(dict.fromkeys(t for t in said_turns(messages) if t not in near))
+        kept: list[str] = []
+        size = 0
+        for turn in reversed(turns):
+            quoted = json.dumps(defang(turn), ensure_ascii=False)
+            size += len(quoted) + (len(FACTS_SEPARATOR) if kept else 0)
+            if size > bound:
+                break
+            kept.append(quoted)
+        if not kept:
+            return ""
+        omitted = len(turns) - len(kept)
+        return SAID_PREFIX + FACTS_SEPARATOR.join(reversed(kept)) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
+
+    def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
+              max_tokens: int | None = None, redact: Callable[[str], str] | None = None,
+              said_from: Sequence[BaseMessage] = ()) -> GuardResult:
+        """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
+        word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
+        to their values). Any said or facts line already in `summary` is replaced by the new ones."""
+        own = "\n".join(line for line in summary.splitlines() if not is_guard_line(line)).rstrip()
+        said = self.said_line(said_from, besides=own) if said_from else ""
+        body = (f"{own}\n\n{said}" if own else said) if said else own
+        kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds
+        missing = [i for i in identifiers if not contains(body, i)]
+        line, omitted = self.facts_line(missing, count_text, max_tokens, redact)
+        text = f"{body}\n\n{line}" if line and body else (line or body)
+        return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
+                           added=len(identifiers) - kept - omitted, omitted=omitted)
+
+
+def fact_guard_of(setting: Any) -> FactGuard | None:
+    """The guard a strategy's `fact_guard` setting names: a `FactGuard` itself, True for `FactGuard()`, False for
+    none.
+
+    Raises:
+        ValueError: `setting` is of another type.
+    """
+    if not isinstance(setting, (bool, FactGuard)):
+        raise ValueError(f"fact_guard: expected True, False or a FactGuard, got {type(setting).__name__}")
+    return setting if isinstance(setting, FactGuard) else FactGuard() if setting else None
+
+
+def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
+    """The tool names of the calls of `messages`, for the results that carry none (OpenAI-format recordings): each
+    result paired with its call by position, as on the wire (`structure.tool_pairs`: a tool-call id may be
+    reused by another turn), under `id(result)`; and under each tool-call id the name of its latest call, for a
+    result outside a tool block. Read it with `tool_of`."""
+    msgs = list(messages)
+    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for m in msgs for c in tool_calls_of(m)}
+    for t, (a, tcid) in tool_pairs(msgs).items():
+        out[id(msgs[t])] = next((c.get("name") for c in tool_calls_of(msgs[a]) if c.get("id") == tcid), None) or "tool"
+    return out
+
+
+def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:
+    """The name of the tool that returned `message`: its own `name`, else its call's (`tool_names`), else "tool"."""
+    return message.name or names.get(id(message)) or names.get(message.tool_call_id) or "tool"
+
+
+def trusted_text(messages: Iterable[BaseMessage]) -> str:
+    """What the user (or the system) said in `messages`: the text of their user and system messages and the
+    unfenced part of their summaries (facts lines included). An identifier found there is never tool-derived."""
+    parts = []
+    for m in messages:
+        if is_summary(m):
+            parts.append(outside_fences(summary_text(m)))
+        elif isinstance(m, (HumanMessage, SystemMessage)):
+            parts.append(message_text(m))
+    return "\n".join(parts)
+
+
+def trust(identifiers: Sequence[Identifier], messages: Iterable[BaseMessage]) -> list[Identifier]:
+    """`identifiers` with no `source` for those that `trusted_text(messages)` contains (the user said them
+    somewhere in the history, e.g. in a request the summary does not replace)."""
+    said = trusted_text(messages)
+    return [replace(i, source=None) if i.source is not None and contains(said, i) else i for i in identifiers]
+
+
+def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
+    """Distinct identifiers (first occurrence), each with the first tool it came from, unless `trusted` (what
+    the user or the system said) contains it."""
+    first: dict[str, Identifier] = {}
+    tool: dict[str, str] = {}
+    for i in found:
+        key = i.value.casefold()
+        first.setdefault(key, i)
+        if i.source is not None:
+            tool.setdefault(key, i.source)
+    out = []
+    for key, i in first.items():
+        source = tool.get(key)
+        if source is not None and trusted and contains(trusted, i):
+            source = None
+        out.append(i if i.source == source else replace(i, source=source))
+    return out
+
+
+def _with_keys(text: str, found: Sequence[tuple[int, Identifier]], last: str | None = None
+               ) -> tuple[list[tuple[int, Identifier]], str | None]:
+    """`found` (the matches of `text`, by start) each with its key (`Identifier.key`): the last key of `text`
+    (`_KEYS`) before it, `last` (the key before `text`, for a text read in chunks) when there is none; an
+    identifier that is itself a key (`{"HAT170": {...}}`) gets none. Returns them and the last key of `text` (or
+    `last`). One search of `text` for its keys, then a bisection per identifier."""
+    spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+    ends = [e for _, e, _ in spans]
+    out: list[tuple[int, Identifier]] = []
+    for start, ident in found:
+        k = bisect.bisect_right(ends, start)
+        if k < len(spans) and spans[k][0] <= start:
+            key = None  # inside the next key: the identifier is a key
+        else:
+            key = spans[k - 1][2] if k else last
+        out.append((start, replace(ident, key=key.strip()) if key and key.strip() else ident))
+    return out, (spans[-1][2] if spans else last)
+
+
+def _distinct(items: Iterable[Identifier]) -> list[Identifier]:
+    seen: set[str] = set()
+    out: list[Identifier] = []
+    for i in items:
+        key = i.value.casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(i)
+    return out
