@@ -44,7 +44,8 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
-from benchmarks.session import DEFAULT_TRACES_DIR, build_session, interleaved_records
+from benchmarks.session import build_session, interleaved_records
+from tests.shared_data import traces_dir as default_traces_dir
 from lc_compaction import CompactionPolicy, acompact, compact
 from lc_compaction.replay import replay_conversation
 
@@ -328,14 +329,15 @@ def render(shapes: dict[str, dict[str, Any]], arrivals: dict[int, dict[str, floa
 @click.option("--repeat", default=15, show_default=True, help="Timed calls per cell.")
 @click.option("--fuzz", default=178, show_default=True, help="Random histories (the issue's fuzzer count).")
 @click.option("--quick", is_flag=True, help="5 repeats, 40 random histories.")
-@click.option("--traces", type=click.Path(path_type=Path), default=DEFAULT_TRACES_DIR, show_default=True)
+@click.option("--traces", type=click.Path(path_type=Path), default=None,
+              help="The recorded conversations. [default: the shared data's traces/ (tests/shared_data.py)]")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None, help="Also write the figures.")
-def main(repeat: int, fuzz: int, quick: bool, traces: Path, json_path: Path | None) -> None:
+def main(repeat: int, fuzz: int, quick: bool, traces: Path | None, json_path: Path | None) -> None:
     """Time compactions of identifier-dense histories and arrival-edit calls; print Markdown tables."""
     if quick:
         repeat, fuzz = 5, 40
     shapes = shape_timings(repeat, fuzz)
-    arrivals = arrival_timings(traces, repeat)
+    arrivals = arrival_timings(traces or default_traces_dir(), repeat)
     beat = heartbeat()
     click.echo(render(shapes, arrivals, beat))
     if json_path is not None:

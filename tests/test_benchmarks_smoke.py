@@ -265,3 +265,17 @@ def test_bill_only_writes_the_bill_tables_without_timing(tmp_path: Path):
     assert "## Steady state" not in markdown and "## Machine" not in markdown
     tables = json.loads((tmp_path / "b.json").read_text())
     assert set(tables) == {"bill"} and tables["bill"]["conversations"] == 2 * len(trace_files())
+
+
+def test_the_dense_shapes_are_valid_histories_and_their_script_runs():
+    """benchmarks/dense.py (issue 25): its shapes are histories a provider accepts, with unique ids, and its command
+    loads (an import it lost would only show when someone runs it)."""
+    from click.testing import CliRunner
+
+    from benchmarks import dense
+
+    for history in (dense.orders(turns=3, per_page=20), dense.records(), dense.coding(), dense.fuzzed(0)):
+        check_all_structural(history, history)
+        assert len({m.id for m in history}) == len(history)
+    result = CliRunner().invoke(dense.main, ["--help"])
+    assert result.exit_code == 0 and "--traces" in result.output
