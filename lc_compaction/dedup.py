@@ -221,26 +221,29 @@ def detail(j: int) -> str:
     return f"identical to message {j}"
 
 
-def restorations(messages: Sequence[BaseMessage], gone: Sequence[BaseMessage], pointed_at: Collection[str]
+def restorations(notes: Sequence[tuple[int, BaseMessage]], gone: Sequence[BaseMessage], pointed_at: Collection[str]
                  ) -> list[tuple[int, BaseMessage, str]]:
-    """What keeps every deduplication note of `messages` pointing at a result still there, once the messages of
-    `gone` left (removed, or replaced by a truncation note): for each of them that notes name as their earlier copy
-    (`pointed_at`: a superset of the ids notes point at, so that a call whose `gone` holds none costs O(len(gone))),
-    the first of those notes gets the content back (that message's content and, for a result cut in place, its cut
-    mark; the note's own id, tool_call_id and name stay) and the others are pointed at it (`note_for`). Returns
-    `(index, new message, detail)` in order; `LadderState` records each as a "restored" action of `DEDUP_STRATEGY`
-    (its `tokens_saved` is negative: the tokens the content costs again). O(len(messages)) when there is one."""
+    """What keeps every deduplication note of a history pointing at a result still there, once the messages of
+    `gone` left it (removed, or replaced by a truncation note). `notes`: `(index, message)` of the history's
+    messages that may be notes, in order (all of them, or any superset of its notes); `pointed_at`: a superset of
+    the ids its notes point at, so that a call whose `gone` holds none of them costs O(len(gone)). For each message
+    of `gone` that notes name as their earlier copy, the first of those notes gets the content back (that
+    message's content and, for a result cut in place, its cut mark; the note's own id, tool_call_id and name stay)
+    and the others are pointed at it (`note_for`). Returns `(index, new message, detail)` in order; `LadderState`
+    records each as a "restored" action of `DEDUP_STRATEGY` (its `tokens_saved` is negative: the tokens the
+    content costs again). O(len(notes)) when there is one."""
     by_id = {m.id: m for m in gone if m.id and kind(m) == TOOL and m.id in pointed_at}
     if not by_id:
         return []
-    notes: dict[str, list[int]] = {}
-    for i, m in enumerate(messages):
+    messages = dict(notes)
+    pointing: dict[str, list[int]] = {}
+    for i, m in notes:
         if is_deduplicated(m):
             same = m.response_metadata[MARK_KEY].get("same_as")
             if same in by_id:
-                notes.setdefault(same, []).append(i)
+                pointing.setdefault(same, []).append(i)
     out: list[tuple[int, BaseMessage, str]] = []
-    for same, indices in notes.items():
+    for same, indices in pointing.items():
         original = by_id[same]
         first = messages[indices[0]]
         meta = {k: v for k, v in (first.response_metadata or {}).items() if k != MARK_KEY}

@@ -149,10 +149,12 @@ class LadderState:
         """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
         its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
-        self.pointed_at: set[str] = {p for s in slots if (p := same_as(s.message)) is not None}
+        notes = [s.message for s in slots if same_as(s.message) is not None]
+        self.pointed_at: set[str] = {same_as(m) for m in notes}  # type: ignore[misc]
         """Every message id a deduplication note of this state points at, or did (a superset: a note added by
         `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
+        self._notes = {id(m) for m in notes}  # the deduplication notes among the slots' messages (a superset)
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -280,6 +282,7 @@ class LadderState:
         target = same_as(message)
         if target is not None:
             self.pointed_at.add(target)
+            self._notes.add(id(message))
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
             saved -= self._restore([old.message])
@@ -403,7 +406,8 @@ class LadderState:
         if not any(m.id in self.pointed_at for m in gone):  # O(len(gone)): nothing points at them
             return 0
         before = self._total
-        for i, message, detail in restorations(self.messages, gone, self.pointed_at):
+        notes = [(i, s.message) for i, s in enumerate(self.slots) if id(s.message) in self._notes]
+        for i, message, detail in restorations(notes, gone, self.pointed_at):
             self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
         return self._total - before
 
