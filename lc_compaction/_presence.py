@@ -31,6 +31,12 @@ characters that Python's `re` matches with one (İ and ı with i, ſ with s, the
 every code point against `[A-Za-z0-9]` with IGNORECASE). A text folded by this table has the same length, and an
 ASCII identifier occurs in it exactly where the presence regex finds it in the original."""
 _RUN = re.compile(r"[a-z0-9]+")
+
+
+def folded(text: str) -> str:
+    """`text` folded by `_FOLD` (same length): an ASCII word occurs in it where `re.IGNORECASE` finds it."""
+    return text.lower() if text.isascii() else text.translate(_FOLD)
+
 _WORDS_FROM = 2048
 """Texts of this many characters or more are first checked against the set of their words (alphanumeric runs,
 collected at C speed once): an identifier with a run that is no word of the text is not in it, without a search.
@@ -81,7 +87,7 @@ class Presence:
     def add(self, text: str) -> None:
         """Append `text` as a new line."""
         self._raw.append(text)
-        self._folded.append(text.lower() if text.isascii() else text.translate(_FOLD))
+        self._folded.append(folded(text))
         self._sizes += len(text) + 1
         self._joined = None
 

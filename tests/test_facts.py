@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from lc_compaction.markers import fence, make_summary_message
@@ -170,3 +172,37 @@ def test_long_runs_of_id_like_characters_give_no_spurious_identifiers(run):
     found = FactGuard().extract(run)
     assert all(len(i.value) <= 64 for i in found)
     assert len(found) <= 2
+
+
+# ------------------------------------------------------------------------------------------- the prefilters
+_PIECES = ["order", "ORDER", "Ticket", "tranſaction", "SHA256:", "md5-", "İnvoice", "line 42", "Line 7", "def f(",
+           "class C:", "x.py::test_a", "a.py:12", "::1", "fe80::1", "10.0.0.1:80", "2024-05-01", "Jan 5, 2024",
+           "$12", "12 EUR", "USD 5", "42 dollars", "ValueError", "Warning", "pkg.mod", "/usr/bin/x", "C:\\dir\\f",
+           "file.txt", '"order_id": "W12345"', '"price": 55', "id: AB12", "#W2378156", "TL-BAAFFC", "sofia_kim_7287",
+           "abc1234def", "0x1F2E", "3fa85f64-5717-4562-b3fc-2c963f66afa6", "a@b.co", "https://x.io/a", " ", "\n",
+           ", ", "-", "/", ".", ":", "K", "ſ", "ı"]
+
+
+def _without_prefilters() -> FactGuard:
+    guard = FactGuard()
+    guard._needs = {}  # every pattern searched on every text
+    return guard
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_the_prefilters_never_change_what_is_found(text: str):
+    """`_NEEDS` only skips a pattern on a text where it cannot match: the matches are those of searching every
+    pattern (generated texts of the pieces the patterns and their tests look for, case folds included)."""
+    assert FactGuard()._search(text) == _without_prefilters()._search(text)
+
+
+def test_the_prefilters_never_change_what_is_found_on_the_shared_traces():
+    from tests.shared_data import traces_dir
+    from lc_compaction.traces import load_traces
+
+    guard, every = FactGuard(), _without_prefilters()
+    texts = [str(m.content)[:3_000] for path in sorted(traces_dir().glob("*.jsonl"))
+             for trace in load_traces(path)[:6] for m in trace.messages]
+    assert len(texts) > 200
+    assert [guard._search(t) for t in texts] == [every._search(t) for t in texts]
