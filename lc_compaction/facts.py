@@ -169,10 +169,13 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "keyed_amount": (r"\"\w{0,40}(?:price|amount|balance|total|cost|fee|refund|fare|charge|paid)\w{0,20}\"\s{0,3}:"
                      r"\s{0,3}(\d{2,12}(?:\.\d{1,4})?|\d\.\d{1,4})(?![\d.])"),
     # the same fields as a note's preview writes them (`reservation_id: AQLBTL; price: 65`: `_preview.py`), or YAML:
-    # the value, with a capital letter or a digit, after the key and ": ": group 1
+    # the value, with a digit or a capital letter after its first character (not a word: `True`, `Failed`), after
+    # the key and ": ": group 1; never markup, an escape or an unclosed bracket (`**ID: S61CZX**`, a doubly escaped
+    # `Phone Number: 327-420-4923\\nAddress`, `tag: Union[int`: the value is S61CZX, 327-420-4923, none)
     "keyed_pair": (r"(?<![\w\"'])\w{0,40}(?:id|Id|ID|number|Number|code|Code|ref|reference|price|amount|balance|"
-                   r"total|cost|fee|refund|fare|charge|paid)\w{0,20}: ((?=[^\s;]{0,63}[A-Z0-9])[^\s;\"']{2,64}?)"
-                   r"(?=[;,]?(?:\s|$))"),
+                   r"total|cost|fee|refund|fare|charge|paid)\w{0,20}: "
+                   r"((?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2,64}?)"
+                   r"(?=[;,]?[*`]{0,3}(?:\s|$|\\n))"),
     # an id named in prose: `order #W2378156`, `ticket no. 4471`, `reservation ID "OBUT9V"`: group 1
     "named_id": (r"(?i:\b(?:order|ticket|reservation|booking|invoice|confirmation|tracking|case|transaction|"
                  r"receipt|account)s?\b(?:\s{1,3}(?:id|number|no\.?|code|ref))?\s{0,3}(?:is|was|:)?\s{0,3}[\"'“]?)"
@@ -195,6 +198,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
              r"|(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9]{1,20}(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
              r"|(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9]{4,40}(?![\w-])"
              r"|(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
+             r"(?![YMDHS]{2,4}(?:-[YMDHS]{2,4}){1,2}(?![\w-]))"  # a format (YYYY-MM-DD) is no code
              r"[A-Z]{1,20}(?:-[A-Z]{1,20}){1,5}(?![\w-])"),
     # slugs with a digit: sofia_kim_7287, gift_card_7480005, build-1142
     "slug": r"(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z][A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}(?![\w-])",

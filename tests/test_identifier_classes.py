@@ -12,6 +12,7 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from benchmarks.guard_precision import wrong
 from lc_compaction import CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults, compact
 from lc_compaction._preview import SIGNAL_LINES, line_count, preview
 from lc_compaction.markers import dropped_marker_facts, is_dropped_marker, is_summary, read_truncation_note
@@ -95,6 +96,42 @@ def test_the_coding_kinds_find_nothing_in_conversations_without_code():
     hits = [(i.value, i.kind) for msgs in _traces("tau-bench/") for m in msgs
             for i in GUARD.extract(message_text(m)) if i.kind in coding]
     assert hits == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    # markdown, a doubly escaped newline or a backtick around a keyed value is not part of it
+    ("3. **Reservation ID: S61CZX**\n   - LAX to EWR", {"S61CZX": "keyed_pair"}),
+    ("Phone Number: 327-420-4923\\nAddress: Main St", {"327-420-4923": "keyed_pair"}),
+    ("payment_id: `gift_card_7480005`", {"gift_card_7480005": "slug"}),
+    # a value that is a word, a constant or an unclosed bracket is no identifier
+    ("Error code: Failed to connect", {}),
+    ("the node_id: True here", {}),
+    ("tag: Union[int, str]", {}),
+    # a date format written in letters is no code
+    ("Date of Birth (in the format YYYY-MM-DD)", {}),
+    ("at HH-MM-SS sharp", {}),
+])
+def test_what_surrounds_a_value_is_not_taken_for_one(text, expected):
+    """Seen on the shared traces (tau-bench, AgentDojo): the keyed-pair pattern took the markup and escapes around
+    a value, or a word, for an identifier; the letter-only code pattern took a date format."""
+    assert found(text) == expected
+
+
+def test_the_guard_finds_no_wrong_value_in_the_shared_non_coding_traces():
+    """Precision, by the rules of benchmarks/guard_precision.py (residue, placeholder, word, version): no finding
+    of the fact guard in the tau-bench and AgentDojo conversations is wrong (before issue 20 none was; the
+    patterns added since must keep it so)."""
+    bad = set()
+    for prefix in ("tau-bench/", "agentdojo"):
+        for msgs in _traces(prefix):
+            for m in msgs:
+                text = message_text(m)
+                for i in GUARD.extract(text):
+                    at = text.find(i.value)
+                    if wrong(i.value, i.kind, text[max(0, at - 30):at]):
+                        bad.add((i.kind, i.value))
+    assert _traces("tau-bench/") and _traces("agentdojo")
+    assert bad == set()
 
 
 # ------------------------------------------------------------------------------- issue 24: a coding agent's ids
