@@ -972,14 +972,15 @@ def real_summarizer() -> Cells:
 
         `ChatOpenAI` pointed at the server is the summarizer (any model name is accepted; the key is not checked).
         The summary is capped at 120 tokens (sent as `max_tokens` and enforced; lowered when the room under the
-        target is smaller), room enough for the 20 identifiers at stake. `fallback="raise"` makes a failed call an error here, instead of the deterministic
-        ledger that would otherwise stand in. The same compaction runs three times: the model's text is not
+        target is smaller), room enough for the 20 identifiers at stake. `fallback="raise"` makes a failed call an
+        error here, instead of the deterministic ledger that would otherwise stand in; `timeout=300` (seconds, the
+        default is 60) leaves a small model on a busy machine time to answer. The same compaction runs three times: the model's text is not
         repeatable (its sampling is random), so one run would say little about what it keeps.
         """),
         model_code("""
         summarizer = ChatOpenAI(base_url=server.base_url, api_key="none", model=server.model)
         policy = CompactionPolicy(max_input_tokens=WINDOW, keep=KEEP, target=TARGET, strategies=[
-            Summarize(model=summarizer, max_summary_tokens=120, fallback="raise")])
+            Summarize(model=summarizer, max_summary_tokens=120, fallback="raise", timeout=300)])
         runs = [compact(history, policy) for _ in range(3)]
         for result in runs:
             assert result.details["summarizer"] == "model" and result.details["summarizer_calls"] == 1
