@@ -365,7 +365,8 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 def _left_some_out(result) -> bool:
     """A bound or the last resort says the result does not hold every identifier."""
     text = sent_text(result.messages)
-    return ("last_resort" in result.strategies_applied or "older omitted)" in text or " more)" in text or "(+more)" in text
+    return ("last_resort" in result.strategies_applied or "older omitted)" in text or " more)" in text
+            or "(+more)" in text
             or any(is_dropped_marker(m) and not m.content.startswith(DROPPED_TEXT) for m in result.messages))
 
 
