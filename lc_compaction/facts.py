@@ -275,6 +275,12 @@ EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
 list (a truncation note's, a progress line's) reads as many chunks as it needs to fill up, not the whole result."""
 
+EDGE_CHARS = 200
+"""A match that ends within this many characters of a chunk's cut (`FactGuard.first`) is not taken from that chunk:
+the next chunk starts where it starts, so an identifier the cut went through (`UA-1|234`, `Jan 5, |2024`) is read
+whole. Longer than the identifiers that hold spaces (dates, amounts, named ids: under 100 characters), under half
+a chunk (every chunk moves on)."""
+
 _EXTRACT_CACHE = 64
 """Texts whose extraction a guard remembers (by content; all are forgotten when there are more): the same result
 is read by several strategies and passes of one compaction."""
@@ -334,8 +340,8 @@ def _trim(value: str) -> str:
 def _cut(text: str, at: int) -> int:
     """Where the chunk of `text` that starts at `at` ends (`FactGuard.first`): `EXTRACT_CHUNK` characters on, moved
     back to just after the last line break in its second half, else before the last `"` that opens a JSON key or
-    value after `, ` or `: `, else after the last space that follows neither a letter nor a digit (an identifier
-    such as a date, `Jan 5, 2024`, or an amount, `USD 100`, is never cut), else there."""
+    value after `, ` or `: `, else after the last space that follows neither a letter nor a digit, else there. A
+    cut that still goes through an identifier is mended by `EDGE_CHARS`."""
     end = at + EXTRACT_CHUNK
     if end >= len(text):
         return len(text)
@@ -544,6 +550,11 @@ class FactGuard:
             end = _cut(text, at)
             chunk = text[at:end]
             found = self._found(chunk)
+            if end < len(text):  # a match near the cut may be a piece of one that goes on: read it with the next
+                late = [start for start, ident in found if start + len(ident.value) > len(chunk) - EDGE_CHARS]
+                if late and min(late) > 0:
+                    found = [(start, ident) for start, ident in found if start < min(late)]
+                    end = at + min(late)
             if keys:
                 found, last = _with_keys(chunk, found, last)
             for _, ident in found:

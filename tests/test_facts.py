@@ -206,3 +206,25 @@ def test_the_prefilters_never_change_what_is_found_on_the_shared_traces():
              for trace in load_traces(path)[:6] for m in trace.messages]
     assert len(texts) > 200
     assert [guard._search(t) for t in texts] == [every._search(t) for t in texts]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([*_PIECES, "UA-1234 ", "reservation UA-1234 ", "日本語 ", "Jan 5, 2024 ", "USD 100 "]),
+                min_size=40, max_size=400).map("".join))
+def test_reading_a_text_chunk_by_chunk_finds_what_reading_it_whole_finds(text: str):
+    """`FactGuard.first` with room for every identifier reads the text in chunks (`EXTRACT_CHUNK`): an identifier
+    a cut goes through is read whole from the next chunk (`EDGE_CHARS`), never as two pieces."""
+    from lc_compaction.facts import _item
+
+    guard = FactGuard()
+    items, more = guard.first(text, lambda i: True, 10**9)
+    assert more == 0
+    assert items == [_item(i) for i in guard.extract(text)]
+
+
+def test_an_identifier_the_chunk_cut_goes_through_is_read_whole():
+    """Seen: a run of `reservation UA-1234 ` without a line break was cut inside an id at 1,024 characters: the
+    note listed `UA-1`, a piece, and not the id after it."""
+    text = "reservation UA-1234 " * 51 + "UA-123 " + "reservation UA-1234 " * 20
+    items, _ = FactGuard().first(text, lambda i: True, 10**6)
+    assert items == ["UA-1234", "UA-123"]
