@@ -275,11 +275,12 @@ EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
 list (a truncation note's, a progress line's) reads as many chunks as it needs to fill up, not the whole result."""
 
-EDGE_CHARS = 200
+EDGE_CHARS = 64
 """A match that ends within this many characters of a chunk's cut (`FactGuard.first`) is not taken from that chunk:
 the next chunk starts where it starts, so an identifier the cut went through (`UA-1|234`, `Jan 5, |2024`) is read
-whole. Longer than the identifiers that hold spaces (dates, amounts, named ids: under 100 characters), under half
-a chunk (every chunk moves on)."""
+whole. Longer than the identifiers that hold spaces (`5th September, 2024`, `USD 1,000,000.00`: under 30
+characters), far under half a chunk (every chunk moves on); on the order listings of `benchmarks/dense.py` 200
+characters cost about half as much again as 64 (more chunks read again)."""
 
 _EXTRACT_CACHE = 64
 """Texts whose extraction a guard remembers (by content; all are forgotten when there are more): the same result
