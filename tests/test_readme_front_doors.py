@@ -1,7 +1,7 @@
 """Every ```python block of the README and of the docs site's pages (docs/**/*.md) runs alone, as a reader who
 copies only that block runs it: each in a fresh namespace, in an empty folder, with nothing from the blocks
-above it. A block the test cannot run says why in the page, in an HTML comment right before its fence
-(`<!-- not run: needs a PostgreSQL server ... -->`), and the test skips it with that reason.
+above it. Every block runs: the one that opens a PostgreSQL database reads its address from `DATABASE_URL`, which
+the test points at the server `scripts/postgres` starts (`conftest.postgres_uri`).
 
 The blocks use `ChatOpenAI`; the tests point it at a local OpenAI-compatible server on 127.0.0.1 (no network)
 and check what went over the wire: valid chat requests, the tool schemas the agents send, the compaction event
@@ -28,18 +28,15 @@ PAGES = (README, *sorted((ROOT / "docs").rglob("*.md")))
 """The Markdown files whose python blocks are run: the README and every page of the docs site."""
 
 FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
-NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*\Z", re.S)
 
 
 @dataclass(frozen=True)
 class Snippet:
-    """One ```python block of a page: where it is (path, 1-based line of its fence), its code, and why the tests
-    do not run it (the text of a `<!-- not run: ... -->` comment right before the fence), or None."""
+    """One ```python block of a page: where it is (path, 1-based line of its fence) and its code."""
 
     path: Path
     line: int
     code: str
-    not_run: str | None
 
     @property
     def where(self) -> str:
@@ -51,9 +48,7 @@ def page_snippets(path: Path, text: str | None = None) -> list[Snippet]:
     text = path.read_text(encoding="utf-8") if text is None else text
     found = []
     for match in FENCE.finditer(text):
-        reason = NOT_RUN.search(text[:match.start()])
-        found.append(Snippet(path, text.count("\n", 0, match.start()) + 1, match.group(1),
-                             reason.group(1) if reason else None))
+        found.append(Snippet(path, text.count("\n", 0, match.start()) + 1, match.group(1)))
     return found
 
 
@@ -82,6 +77,8 @@ class Check:
     replies: tuple[str, ...] = ()
     """The local model's replies, in order (then `default`)."""
     default: str = "Sunny in Lyon."
+    postgres: bool = False
+    """The block opens the PostgreSQL database named by `DATABASE_URL`: it runs on the session's server."""
 
 
 def tools_sent(server: ScriptedOpenAIServer) -> set[str]:
@@ -112,6 +109,11 @@ def check_checkpoint(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str
 
 def check_offload(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
     assert tools_sent(server) == {"get_weather", "recall_tool_result"}  # the recall tool reaches the model
+
+
+def check_fleet(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
+    assert tools_sent(server) == {"get_weather", "recall_tool_result"}  # the recall tool reaches the model
+    assert ns["DB_URI"] != "postgresql://agents:secret@db.internal:5432/agents"  # the local server, not the example
 
 
 def check_events(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
@@ -182,6 +184,7 @@ CHECKS = (
     Check('CompactionNode(model=model, mode="view")', check_graph),
     Check("SqliteSaver(sqlite3.connect(", check_checkpoint),
     Check("InMemoryStore(), checkpointer=InMemorySaver()", check_offload),
+    Check("PostgresStore.from_conn_string(DB_URI)", check_fleet, postgres=True),
     Check("small.astream_events(", check_events),
     Check('Summarize(model="openai:gpt-4o-mini"', check_summarize, default=SUMMARY_REPLY),
     Check("FactGuard({", check_fact_guard),
@@ -204,12 +207,12 @@ def checks_of(snippet: Snippet) -> list[Check]:
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # langchain's own notices on RunnableWithMessageHistory
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
 def test_snippet_runs_alone(snippet: Snippet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                            capsys: pytest.CaptureFixture) -> None:
-    if snippet.not_run:
-        pytest.skip(f"{snippet.where} is marked not run: {snippet.not_run}")
+                            capsys: pytest.CaptureFixture, request: pytest.FixtureRequest) -> None:
     checks = checks_of(snippet)
     assert len(checks) <= 1, f"{snippet.where}: more than one check matches: {[c.marker for c in checks]}"
     check = checks[0] if checks else None
+    if check is not None and check.postgres:  # the server starts only for the blocks that need it
+        monkeypatch.setenv("DATABASE_URL", request.getfixturevalue("postgres_uri"))
     monkeypatch.chdir(tmp_path)  # a block may write files (chat.sqlite, chat.db)
     import matplotlib.pyplot as plt
 
@@ -234,33 +237,22 @@ def test_snippet_runs_alone(snippet: Snippet, tmp_path: Path, monkeypatch: pytes
 def test_every_check_has_its_block() -> None:
     """A check whose block was rewritten away would silently stop checking: each must match a block that runs."""
     for check in CHECKS:
-        assert any(check.marker in s.code and not s.not_run for s in SNIPPETS), f"no block holds {check.marker!r}"
+        assert any(check.marker in s.code for s in SNIPPETS), f"no block holds {check.marker!r}"
 
 
 def test_every_python_block_is_seen() -> None:
-    """Python code the fence pattern does not see (an indented fence, ```py) would never be run: there is none;
-    and every block marked not run says why."""
+    """Python code the fence pattern does not see (an indented fence, ```py) would never be run: there is none."""
     for page in PAGES:
         for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
             info = line.lstrip()[3:].split(" ")[0] if line.lstrip().startswith("```") else ""
             if info.startswith("py"):
                 assert line.startswith("```python"), f"{page.relative_to(ROOT)}:{n}: {line!r} is not run"
-    assert all(s.not_run is None or len(s.not_run) > 10 for s in SNIPPETS), "a block not run says why"
-
-
-def test_not_run_comment_is_read() -> None:
-    """The `<!-- not run: ... -->` comment marks the block right after it, and only that one."""
-    text = ("Text.\n\n```python\nx = 1\n```\n\n<!-- not run: needs a real\n  model -->\n```python title=\"a\"\ny = 2\n"
-            "```\n\n```python\nz = 3\n```\n")
-    found = page_snippets(ROOT / "example.md", text)
-    assert [(s.line, s.code, s.not_run) for s in found] == [
-        (3, "x = 1\n", None), (9, "y = 2\n", "needs a real\n  model"), (13, "z = 3\n", None)]
 
 
 def test_readme_shows_each_front_door() -> None:
     """The README keeps one runnable block per door: the core, the middleware, the LangGraph node, the chat
     history wrapper; the site holds the rest."""
-    readme = [s.code for s in SNIPPETS if s.path == README and not s.not_run]
+    readme = [s.code for s in SNIPPETS if s.path == README]
     for door in ("compact(messages, policy)", "CompactionMiddleware(", "CompactionNode(",
                  "CompactingChatMessageHistory("):
         assert sum(door in code for code in readme) >= 1, door
