@@ -21,6 +21,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
 
 # ----------------------------------------------------------------------------------------------------- messages
@@ -111,6 +112,23 @@ def compact_then_model(node: Any, model: Callable[[Any], dict], state: type = Me
     builder.add_edge("compact", "model")
     builder.add_edge("model", END)
     return builder.compile(checkpointer=InMemorySaver())
+
+
+def compact_model_tools(node: Any, model: Callable[[Any], dict], tools: list, state: type = MessagesState, *,
+                        checkpointer: Any = None, **compile_settings: Any) -> Any:
+    """START -> "compact" (`node`) -> "model" (`model`, a node function) -> "tools" (a `ToolNode` of `tools`, when
+    the reply calls one) -> "compact" ... -> END over `state`, compiled with `checkpointer` (default a new
+    InMemorySaver) and `compile_settings` (`interrupt_before=["tools"]`, say)."""
+    builder = StateGraph(state)
+    builder.add_node("compact", node)
+    builder.add_node("model", model)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "compact")
+    builder.add_edge("compact", "model")
+    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
+    builder.add_edge("tools", "compact")
+    return builder.compile(checkpointer=InMemorySaver() if checkpointer is None else checkpointer,
+                           **compile_settings)
 
 
 # ----------------------------------------------------------------------------------------------------- counting

@@ -31,8 +31,6 @@ from langchain_core.chat_history import InMemoryChatMessageHistory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
 from lc_compaction import CompactionPolicy, compact
@@ -40,7 +38,7 @@ from lc_compaction.integrations import CompactingChatMessageHistory, CompactionM
 from lc_compaction.structure import (MISSING_RESULT_TEXT, InvalidHistoryError, check_invariants, is_missing_result,
                                      repair_history)
 from tests.agent_replay import ReplayChatModel
-from tests.builders import ai_call
+from tests.builders import ai_call, compact_model_tools
 from tests.oracle.generators import broken_histories, histories
 
 WINDOW = 100_000  # far over these histories: nothing triggers, only the repair can change them
@@ -58,15 +56,8 @@ def _results(messages: list[BaseMessage], call_id: str = "c1") -> list[ToolMessa
 
 
 def _graph(node: CompactionNode, model: ReplayChatModel) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_node("tools", ToolNode([lookup]))
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
-    builder.add_edge("tools", "compact")
-    return builder.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
+    return compact_model_tools(node, lambda state: {"messages": [model.invoke(state["messages"])]}, [lookup],
+                               interrupt_before=["tools"])
 
 
 def _stopped_before_tools(graph: Any, config: dict) -> None:

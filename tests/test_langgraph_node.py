@@ -26,13 +26,13 @@ from langchain_core.messages import (
     message_to_dict,
 )
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
-from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+from langgraph.prebuilt import create_react_agent
 from typing_extensions import TypedDict
 
 from tests.agent_replay import Replay, check_model_input, check_stored_history, load_replays
-from tests.builders import compact_then_model, plain_chat, tool_loop
+from tests.builders import compact_model_tools, compact_then_model, plain_chat, tool_loop
 from lc_compaction import CompactionPolicy, InvalidHistoryError, TruncateToolResults
 from lc_compaction.integrations import CompactionNode, CompactionState, compaction_hook
 
@@ -55,15 +55,8 @@ def _stategraph(model: Any, tools: list, node: CompactionNode, mode: str, checkp
     def call_model(state: CompactionState) -> dict:
         return {"messages": [bound.invoke(state[key])]}
 
-    builder = StateGraph(CompactionState if mode == "view" else MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", call_model)
-    builder.add_node("tools", ToolNode(tools))
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
-    builder.add_edge("tools", "compact")
-    return builder.compile(checkpointer=checkpointer)
+    return compact_model_tools(node, call_model, tools, CompactionState if mode == "view" else MessagesState,
+                               checkpointer=checkpointer)
 
 
 def build(door: str, replay: Replay, mode: str, window: int, on_call: Any) -> tuple[Any, Any, bool]:

@@ -20,13 +20,12 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+from langgraph.prebuilt import create_react_agent
 
 from lc_compaction import (CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults, is_dropped_marker,
                            is_summary)
 from lc_compaction.integrations import CompactionMiddleware, CompactionNode
-from tests.builders import plain_chat, tool_loop
+from tests.builders import compact_model_tools, plain_chat, tool_loop
 
 pytestmark = pytest.mark.filterwarnings("ignore::langgraph.warnings.LangGraphDeprecatedSinceV10")
 
@@ -61,15 +60,7 @@ def _build(door: str, policy: CompactionPolicy) -> Any:
     node = CompactionNode(policy, tools=[lookup])
     if door == "create_react_agent":
         return create_react_agent(model, [lookup], pre_model_hook=node, checkpointer=InMemorySaver())
-    builder = StateGraph(MessagesState)
-    builder.add_node("compact", node)
-    builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_node("tools", ToolNode([lookup]))
-    builder.add_edge(START, "compact")
-    builder.add_edge("compact", "model")
-    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: END})
-    builder.add_edge("tools", "compact")
-    return builder.compile(checkpointer=InMemorySaver())
+    return compact_model_tools(node, lambda state: {"messages": [model.invoke(state["messages"])]}, [lookup])
 
 
 def _history(strategies: str) -> list[BaseMessage]:
