@@ -552,10 +552,11 @@ class FactGuard:
             chunk = text[at:end]
             found = self._found(chunk)
             if end < len(text):  # a match near the cut may be a piece of one that goes on: read it with the next
-                late = [start for start, ident in found if start + len(ident.value) > len(chunk) - EDGE_CHARS]
-                if late and min(late) > 0:
-                    found = [(start, ident) for start, ident in found if start < min(late)]
-                    end = at + min(late)
+                late = min((start for start, ident in found if start + len(ident.value) > len(chunk) - EDGE_CHARS),
+                           default=0)
+                if late > 0:
+                    found = [(start, ident) for start, ident in found if start < late]
+                    end = at + late
             if keys:
                 found, last = _with_keys(chunk, found, last)
             for _, ident in found:
