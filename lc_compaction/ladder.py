@@ -149,12 +149,12 @@ class LadderState:
         """Strategies' memory for this compaction, shared by both passes and not reported (the summarizer keeps
         its deadline and its failure there, so the second pass does not call a failed model again)."""
         self._total = fixed_tokens + sum(s.tokens for s in slots)
-        notes = [s.message for s in slots if same_as(s.message) is not None]
-        self.pointed_at: set[str] = {same_as(m) for m in notes}  # type: ignore[misc]
+        targets = {id(s.message): target for s in slots if (target := same_as(s.message)) is not None}
+        self.pointed_at: set[str] = set(targets.values())
         """Every message id a deduplication note of this state points at, or did (a superset: a note added by
         `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
-        self._notes = {id(m) for m in notes}  # the deduplication notes among the slots' messages (a superset)
+        self._notes = set(targets)  # the deduplication notes among the slots' messages, by id() (a superset)
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -169,6 +169,8 @@ class LadderState:
         new.actions = list(self.actions)
         new.removed = list(self.removed)
         new.details = copy.deepcopy(self.details)
+        new.pointed_at = set(self.pointed_at)  # a note the attempt adds is not the original's
+        new._notes = set(self._notes)
         return new
 
     # -------------------------------------------------------------- reading
