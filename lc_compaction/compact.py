@@ -53,6 +53,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, convert_to_messages
 
 from lc_compaction._kinds import SYSTEM, kind
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, detail, duplicates
 from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
 from lc_compaction.markers import is_dropped_marker
@@ -484,7 +485,7 @@ class _Compaction:
 
 def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
             repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
-            offload_rekey: Collection[str] = ()) -> CompactionResult:
+            offload_rekey: Collection[str] = (), agent_request: AgentRequest | None = None) -> CompactionResult:
     """Compact `messages` under `policy`: cheapest strategy first, stopping as soon as it fits.
 
     Args:
@@ -505,6 +506,9 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         offload_rekey: with offload, ids of tool results whose tool_call_id is already the key of another
             content in the thread's store (the writer finds them): they are keyed "<tool_call_id>@<message id>"
             (`lc_compaction.offload.OffloadKeys`).
+        agent_request: the agent's latest model request as the front door sent it
+            (`lc_compaction.agent_request.AgentRequest`), for a summary request that repeats it
+            (`Summarize.share_agent_request`); None (default): summaries use the transcript prompt.
 
     Returns:
         A `CompactionResult`. When the trigger is not exceeded, `result.messages` is the input list itself (unless
@@ -524,6 +528,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
+    state.agent_request = agent_request
     for strategy in compaction.ladder():
         strategy.apply(state)
     if compaction.over_budget():
@@ -533,7 +538,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
                    repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
-                   offload_rekey: Collection[str] = ()) -> CompactionResult:
+                   offload_rekey: Collection[str] = (), agent_request: AgentRequest | None = None
+                   ) -> CompactionResult:
     """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
@@ -543,6 +549,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
+    state.agent_request = agent_request
     for strategy in compaction.ladder():
         await strategy.aapply(state)
     if compaction.over_budget():

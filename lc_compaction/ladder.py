@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime
 from langchain_core.messages import BaseMessage
 
 from lc_compaction._content import starts_with_thinking
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
 from lc_compaction.dedup import DEDUP_STRATEGY, referenced, restorations, same_as
 from lc_compaction.markers import is_summary, is_truncated
@@ -142,6 +143,9 @@ class LadderState:
         self.budget_tokens = budget_tokens
         self._limit = limit
         self.offload = offload
+        self.agent_request: AgentRequest | None = None
+        """The agent's latest model request, when the front door gave it (`compact(agent_request=...)`): what a
+        cache-sharing summary request repeats (`strategies.summarize.Summarize.share_agent_request`)."""
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}

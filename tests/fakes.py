@@ -75,11 +75,14 @@ class FakeOpenAI:
     """A local server for POST /v1/chat/completions. Each request takes the next scripted answer:
     ("status", code) an error status, ("slow", text) waits for `release` (at most `hold` seconds, 30 by default)
     then answers,
-    ("text", text) answers at once (whatever `max_completion_tokens` says). Request bodies are in `requests`."""
+    ("text", text) answers at once (whatever `max_completion_tokens` says), ("tool", (name, arguments)) answers one
+    tool call (ids call_1, call_2, ...), ("by", function) answers the item `function(request body)` returns.
+    Request bodies are in `requests`."""
 
     def __init__(self) -> None:
         self.script: list[tuple[str, object]] = []
         self.requests: list[dict] = []
+        self.calls = 0
         self.release = threading.Event()
         self.hold = 30.0
         owner = self
@@ -89,15 +92,24 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append({"path": self.path, **body})
                 kind, value = owner.script.pop(0) if len(owner.script) > 1 else owner.script[0]
+                if kind == "by":  # value(body) -> a script item: answers by what the request holds
+                    kind, value = value(body)  # type: ignore[operator]
                 if kind == "status":
                     self._send(int(value), {"error": {"message": "server error", "type": "server_error"}})
                     return
                 if kind == "slow":
                     owner.release.wait(owner.hold)
+                message: dict = {"role": "assistant", "content": value}
+                if kind == "tool":  # value: (tool name, arguments): one call, with a fresh id
+                    name, args = value  # type: ignore[misc]
+                    owner.calls += 1
+                    message = {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"call_{owner.calls}", "type": "function",
+                         "function": {"name": name, "arguments": json.dumps(args)}}]}
                 self._send(200, {
                     "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": value},
-                                 "finish_reason": "stop"}],
+                    "choices": [{"index": 0, "message": message,
+                                 "finish_reason": "tool_calls" if kind == "tool" else "stop"}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
 
             def _send(self, status: int, payload: dict) -> None:

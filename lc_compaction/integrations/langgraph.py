@@ -63,11 +63,14 @@ from langgraph.graph.message import add_messages
 from langgraph.types import Command
 from typing_extensions import Required, TypedDict
 
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.integrations.events import areport, report
 from lc_compaction.integrations.offload import offload_target
 from lc_compaction.integrations.plan import (
+    REQUESTS_KEPT,
     CompactionPlan,
     Mode,
+    ThreadLRU,
     aplan_compaction,
     check_mode,
     plan_compaction,
@@ -166,6 +169,12 @@ class CompactionNode(Runnable[dict, Any]):
             system_prompt = SystemMessage(content=system_prompt)
         self.extra_tokens = tokens_beside(self.policy.counter, system=system_prompt, tools=tools or ())
         """Tokens sent beside the stored messages on every call (tool schemas, a system prompt not in state)."""
+        self.model = model
+        self.tools = tuple(tools or ())
+        self.system_prompt = system_prompt
+        self._sent: ThreadLRU[AgentRequest] = ThreadLRU(REQUESTS_KEPT)
+        """The model input this node returned last, per thread, as the model call sends it (`model` bound with
+        `tools`, `system_prompt` first): what a cache-sharing summary request repeats."""
 
     def __call__(self, state: CompactionState, config: RunnableConfig | None = None) -> dict[str, Any] | Command:
         """Same as `invoke(state, config)`. The annotation tells LangGraph which state keys the node uses."""
@@ -221,24 +230,43 @@ class CompactionNode(Runnable[dict, Any]):
         messages, memory = self._read(state)
         if not messages:
             return {}
+        thread = _thread(config)
         plan = plan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
                                extra_tokens=self.extra_tokens, key=self.messages_key,
-                               offload=offload_target(self.policy, config=config))
+                               offload=offload_target(self.policy, config=config),
+                               agent_request=self._sent.get(thread))
         report(plan.result, plan.event, config=config)
+        self._remember(thread, plan)
         return self._update(plan)
 
     async def _arun(self, state: Any, config: RunnableConfig) -> dict[str, Any] | Command:
         messages, memory = self._read(state)
         if not messages:
             return {}
+        thread = _thread(config)
         plan = await aplan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
                                       extra_tokens=self.extra_tokens, key=self.messages_key,
-                                      offload=offload_target(self.policy, config=config))
+                                      offload=offload_target(self.policy, config=config),
+                                      agent_request=self._sent.get(thread))
         await areport(plan.result, plan.event, config=config)
+        self._remember(thread, plan)
         return self._update(plan)
+
+    def _remember(self, thread: str | None, plan: CompactionPlan) -> None:
+        """Keep the model input of `plan` as the thread's latest request (`self._sent`), when the node knows the
+        model (given as `model=`)."""
+        if isinstance(self.model, BaseChatModel):
+            self._sent.put(thread, AgentRequest(model=self.model, messages=tuple(plan.model_input),
+                                                system=self.system_prompt, tools=self.tools))
 
     def __repr__(self) -> str:
         return f"CompactionNode(mode={self.mode!r}, policy={self.policy!r})"
+
+
+def _thread(config: RunnableConfig) -> str | None:
+    """The run's thread id (None without a checkpointer)."""
+    thread = (config.get("configurable") or {}).get("thread_id")
+    return None if thread is None else str(thread)
 
 
 def _inside_run(config: RunnableConfig) -> bool:

@@ -45,9 +45,8 @@ previous call.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
@@ -75,11 +74,14 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.integrations.events import areport, report
 from lc_compaction.integrations.offload import OffloadTarget, offload_target
 from lc_compaction.integrations.plan import (
+    REQUESTS_KEPT,
     CompactionPlan,
     Mode,
+    ThreadLRU,
     aplan_compaction,
     check_mode,
     model_window,
@@ -94,11 +96,6 @@ __all__ = ["CompactionAgentState", "CompactionMiddleware"]
 
 MEMORY_KEY = "compaction"
 """State key of the middleware's memory (plain JSON, see `plan_compaction`; the middleware adds "request")."""
-
-REQUESTS_KEPT = 1_024
-"""Threads whose latest request (policy, tokens beside the messages) this process keeps for `before_model`
-(least recently used first out): a thread not kept falls back on its memory's "request" entry."""
-
 
 class CompactionAgentState(AgentState):
     """The agent state plus the compaction memory (`compaction`: plain JSON; private: not in the agent's input
@@ -170,7 +167,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
                               deduplicate=deduplicate, cached_price=cached_price,
                               clear_at_least=clear_at_least)
         self._policies: dict[int | None, CompactionPolicy] = {}
-        self._requests = _Requests()  # what the latest request of each thread measured, for before_model
+        # what the latest request of each thread measured (and the request passed on), for before_model
+        self._requests: ThreadLRU[_Seen] = ThreadLRU(REQUESTS_KEPT)
         self.policy: CompactionPolicy | None = None
         """The policy, when known before the first call (a policy, a window or a model was given)."""
         if policy is not None or max_input_tokens is not None or model is not None:
@@ -209,7 +207,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         stored, messages, memory, policy, extra = before
         plan = plan_compaction(messages, memory, policy, door="agent_middleware", mode=self.mode,
                                extra_tokens=extra, held=None if messages is stored else stored,
-                               offload=_target(policy, runtime))
+                               offload=_target(policy, runtime), agent_request=self._sent(runtime))
         report(plan.result, plan.event)
         return self._update(plan, stored, messages, policy, extra)
 
@@ -222,7 +220,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         stored, messages, memory, policy, extra = before
         plan = await aplan_compaction(messages, memory, policy, door="agent_middleware", mode=self.mode,
                                       extra_tokens=extra, held=None if messages is stored else stored,
-                                      offload=_target(policy, runtime))
+                                      offload=_target(policy, runtime), agent_request=self._sent(runtime))
         await areport(plan.result, plan.event)
         return self._update(plan, stored, messages, policy, extra)
 
@@ -296,14 +294,16 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         carries more than `before_model` counted (see the module), and call the model; nothing is written."""
         if not request.messages:
             return handler(request)
+        previous = self._sent(request.runtime)
         policy, extra, planned = self._measure(request)
         if planned == "holds":  # before_model's decision stands for this very request: O(1) beyond a compare
-            return handler(request)
+            return handler(self._sending(request))
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
-                               mode=self.mode, extra_tokens=extra, offload=_target(policy, request.runtime))
+                               mode=self.mode, extra_tokens=extra, offload=_target(policy, request.runtime),
+                               agent_request=previous)
         if not planned or plan.result.compacted:  # one event a call: before_model's, unless this one changed it
             report(plan.result, plan.event)
-        return handler(_with_messages(request, plan))
+        return handler(self._sending(_with_messages(request, plan)))
 
     async def awrap_model_call(self, request: ModelRequest,
                                handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -311,15 +311,35 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         """Async twin of `wrap_model_call` (strategies run through `aapply`)."""
         if not request.messages:
             return await handler(request)
+        previous = self._sent(request.runtime)
         policy, extra, planned = self._measure(request)
         if planned == "holds":
-            return await handler(request)
+            return await handler(self._sending(request))
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode, extra_tokens=extra,
-                                      offload=_target(policy, request.runtime))
+                                      offload=_target(policy, request.runtime), agent_request=previous)
         if not planned or plan.result.compacted:
             await areport(plan.result, plan.event)
-        return await handler(_with_messages(request, plan))
+        return await handler(self._sending(_with_messages(request, plan)))
+
+    def _sent(self, runtime: Any) -> AgentRequest | None:
+        """The latest model request this process passed on for the run's thread (None before any, or in another
+        process): what a cache-sharing summary request repeats (`lc_compaction.agent_request`)."""
+        seen = self._requests.get(_thread(runtime))
+        return seen.sent if seen is not None else None
+
+    def _sending(self, request: ModelRequest) -> ModelRequest:
+        """`request`, remembered for its thread as the latest request passed on (`_sent`), unless it asks for a
+        structured response (`create_agent` then binds other tools: no summary request can repeat it)."""
+        thread = _thread(request.runtime)
+        seen = self._requests.get(thread)
+        if seen is not None:
+            sent = None if request.response_format is not None else AgentRequest(
+                model=request.model, messages=tuple(request.messages), system=request.system_message,
+                tools=tuple(request.tools or ()), tool_choice=request.tool_choice,
+                model_settings=dict(request.model_settings or {}))
+            self._requests.put(thread, dataclasses.replace(seen, sent=sent))
+        return request
 
     def _measure(self, request: ModelRequest) -> tuple[CompactionPolicy, int, str]:
         """The request's policy and tokens beside its messages (kept for this thread's next `before_model`), and
@@ -345,35 +365,13 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
 
 @dataclass(frozen=True)
 class _Seen:
-    """What the latest model request of a thread measured: its policy and the tokens beside its messages."""
+    """What the latest model request of a thread measured: its policy and the tokens beside its messages; and
+    the request passed on (for a cache-sharing summary request)."""
 
     policy: CompactionPolicy
     extra_tokens: int
-
-
-class _Requests:
-    """The latest request of each thread in this process (bounded LRU, thread-safe), for `before_model`."""
-
-    def __init__(self, size: int = REQUESTS_KEPT) -> None:
-        self.size = size
-        self._data: OrderedDict[str | None, _Seen] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, thread: str | None) -> _Seen | None:
-        with self._lock:
-            return self._data.get(thread)
-
-    def latest(self) -> _Seen | None:
-        """The latest request of any thread."""
-        with self._lock:
-            return self._data[next(reversed(self._data))] if self._data else None
-
-    def put(self, thread: str | None, seen: _Seen) -> None:
-        with self._lock:
-            self._data[thread] = seen
-            self._data.move_to_end(thread)
-            while len(self._data) > self.size:
-                self._data.popitem(last=False)
+    sent: AgentRequest | None = None
+    """The request passed on to the model (`CompactionMiddleware._sending`)."""
 
 
 def _as_sent(stored: list[Any], request: dict[str, Any]) -> list[Any]:

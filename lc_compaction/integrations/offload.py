@@ -37,6 +37,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from lc_compaction._kinds import AI, kind
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.offload import OffloadRecord, offload_namespace
 from lc_compaction.policy import CompactionPolicy
@@ -275,8 +276,8 @@ def _own_part(before: BaseMessage, after: BaseMessage) -> BaseMessage:
 
 
 def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target: OffloadTarget, *,
-                      extra_tokens: int = 0, repair: bool | None = None, tally: CountTally | None = None
-                      ) -> CompactionResult:
+                      extra_tokens: int = 0, repair: bool | None = None, tally: CountTally | None = None,
+                      agent_request: AgentRequest | None = None) -> CompactionResult:
     """`compact()` that writes every original it takes out to `target` before returning (see the module).
 
     Args: those of `compact` (tokens for `extra_tokens`), and `target` (`offload_target(...)`).
@@ -292,7 +293,7 @@ def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target:
     messages = _messages(messages)
     while True:
         result = compact(messages, state.run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally,
-                         offload=True, offload_rekey=frozenset(state.rekey))
+                         offload=True, offload_rekey=frozenset(state.rekey), agent_request=agent_request)
         before = state.progress()
         todo = state.todo(result)
         if todo:
@@ -302,14 +303,14 @@ def compact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target:
 
 
 async def acompact_offloaded(messages: Sequence[Any], policy: CompactionPolicy, target: OffloadTarget, *,
-                             extra_tokens: int = 0, repair: bool | None = None, tally: CountTally | None = None
-                             ) -> CompactionResult:
+                             extra_tokens: int = 0, repair: bool | None = None, tally: CountTally | None = None,
+                             agent_request: AgentRequest | None = None) -> CompactionResult:
     """Async twin of `compact_offloaded` (`acompact`, `store.abatch`)."""
     state = _Offloads(policy, target)
     messages = _messages(messages)
     while True:
         result = await acompact(messages, state.run_policy, extra_tokens=extra_tokens, repair=repair, tally=tally,
-                                offload=True, offload_rekey=frozenset(state.rekey))
+                                offload=True, offload_rekey=frozenset(state.rekey), agent_request=agent_request)
         before = state.progress()
         todo = state.todo(result)
         if todo:

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
 from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
@@ -41,8 +44,10 @@ from lc_compaction.tokens import TokenCounter
 
 __all__ = [
     "MEMORY_VERSION",
+    "REQUESTS_KEPT",
     "CompactionPlan",
     "Mode",
+    "ThreadLRU",
     "aplan_compaction",
     "check_mode",
     "model_window",
@@ -59,6 +64,41 @@ MEMORY_VERSION = 2
 2: view mode describes its model input as runs of the stored history (1: as a list of every message id)."""
 
 _MODES = ("rewrite", "view")
+
+REQUESTS_KEPT = 1_024
+"""Threads whose latest request a door keeps in this process (`ThreadLRU`; the middleware: its policy, the tokens
+beside the messages and the request passed on; the node: its model input), least recently used first out: a
+thread not kept falls back on its memory's "request" entry (the middleware), and a summary on the transcript
+prompt."""
+
+T = TypeVar("T")
+
+
+class ThreadLRU(Generic[T]):
+    """What a door keeps per thread in this process (the latest request of each thread), bounded: the least
+    recently used thread goes first beyond `size` threads; thread-safe. The key is the run's thread id (None
+    without a checkpointer)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._data: OrderedDict[str | None, T] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, thread: str | None) -> T | None:
+        with self._lock:
+            return self._data.get(thread)
+
+    def latest(self) -> T | None:
+        """The latest entry of any thread."""
+        with self._lock:
+            return self._data[next(reversed(self._data))] if self._data else None
+
+    def put(self, thread: str | None, value: T) -> None:
+        with self._lock:
+            self._data[thread] = value
+            self._data.move_to_end(thread)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
 
 
 def check_mode(mode: Any) -> Mode:
@@ -286,8 +326,8 @@ def _with_messages(result: CompactionResult, messages: list[BaseMessage], counte
 
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                     mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
-                    held: Sequence[BaseMessage] | None = None,
-                    offload: OffloadTarget | None = None) -> CompactionPlan:
+                    held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
+                    agent_request: AgentRequest | None = None) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -306,6 +346,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
             the state holds (`writes.by_id_writes`). None: the state holds `messages`.
         offload: where to write what compaction takes out (`integrations.offload.offload_target`), when
             `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
+        agent_request: the agent's latest model request as the door sent it, for a cache-sharing summary
+            request (`compact(agent_request=...)`, `lc_compaction.agent_request`). None: the transcript prompt.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int (calls whose ladder ran and changed the history;
@@ -325,19 +367,22 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     """
     planning = _Planning(messages, memory, mode, door, key)
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
-    result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None else
-              compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair))
+    result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
+                      agent_request=agent_request) if offload is None else
+              compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair,
+                                agent_request=agent_request))
     return planning.finish(result, policy, held)
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                            mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
-                           held: Sequence[BaseMessage] | None = None,
-                           offload: OffloadTarget | None = None) -> CompactionPlan:
+                           held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
+                           agent_request: AgentRequest | None = None) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
-    result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair) if offload is None
+    result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
+                             agent_request=agent_request) if offload is None
               else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally,
-                                            repair=repair))
+                                            repair=repair, agent_request=agent_request))
     return planning.finish(result, policy, held)

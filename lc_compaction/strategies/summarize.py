@@ -57,6 +57,7 @@ summary that would not be smaller than what it replaces is not put in. Figures g
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Generator
@@ -64,15 +65,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
+from lc_compaction._content import content_text
 from lc_compaction._drive import adrive, drive
+from lc_compaction.agent_request import AgentRequest, same_model
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
 from lc_compaction.progress import fold_steps, keep_progress
-from lc_compaction.facts import FactGuard, Identifier, contains, trust
+from lc_compaction.facts import FactGuard, Identifier, contains, tool_names, tool_of, trust
 from lc_compaction.strategies.ledger import build_ledger
-from lc_compaction.strategies.prompts import resolve_prompt
+from lc_compaction.strategies.prompts import opening, resolve_prompt, shared_instruction
 from lc_compaction.strategies.provenance import ProvenanceGuard
 from lc_compaction.strategies.summary_call import Cooldown, SummarizationError, SummaryCall, SummaryRequest
 from lc_compaction.strategies.transcript import CUT_MARKER, NoRoomError, render_input, summary_prompts
@@ -191,7 +194,16 @@ class Summarize:
         redact: a callable on text (str -> str), e.g. your PII redaction, applied to everything the summarizer
             receives (each message's text and arguments, the earlier summary; the ledger's entries) and to the
             identifiers of the fact guard's lines. None (default): nothing is redacted. It should leave the
-            fence strings (`markers.UNTRUSTED_DATA_FENCE`) alone.
+            fence strings (`markers.UNTRUSTED_DATA_FENCE`) alone. A cache-sharing request (below) repeats the
+            agent's own request, which is not redacted: the summary's text is redacted instead.
+        share_agent_request: when the front door gives the agent's latest model request (`compact(...,
+            agent_request=...)`: the middleware and the node do) and `model` is the agent's model
+            (`agent_request.same_model`), the summary request repeats that request byte for byte (the same
+            system message, messages, tools and settings) with the instruction appended as the last user
+            message, so the provider bills its whole prefix as a cache read (`lc_compaction.agent_request`).
+            It is one call (no chunks: the agent's request fit its window) and `trim_tokens_to_summarize` does
+            not apply. Otherwise, or with False, the transcript prompt. `details["summary_request"]` says which
+            ("agent" or "transcript"). Default True.
 
     Tool output: a summary speaks in the user's voice, so no text that came from tool results may read as the
     user's. The transcript fences each tool result (`markers.UNTRUSTED_DATA_FENCE`, after the tool's name), the
@@ -241,6 +253,7 @@ class Summarize:
     fact_guard: bool | FactGuard = True
     role: Literal["human", "ai"] = "human"
     redact: Callable[[str], str] | None = None
+    share_agent_request: bool = True
     name: str = "summarize"
     _template: str = field(init=False, repr=False)
     _guard: FactGuard = field(init=False, repr=False)
@@ -341,20 +354,26 @@ class Summarize:
                 if self.timeout is not None:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
                 count = plan.counter.count_text
-                prompts = summary_prompts(self._template, plan.messages, plan.previous_text,
-                                          self.trim_tokens_to_summarize, count, redact=self.redact,
-                                          report=state.details)
+                agent = self._shared_request(state, plan)
+                state.details["summary_request"] = "transcript" if agent is None else "agent"
+                prompts = (summary_prompts(self._template, plan.messages, plan.previous_text,
+                                           self.trim_tokens_to_summarize, count, redact=self.redact,
+                                           report=state.details)
+                           if agent is None else _one_call(self._shared_instruction(state, plan, agent)))
                 try:
                     prompt, cap = next(prompts)
                     while True:
                         plan.calls += 1
-                        plan.input_tokens = max(plan.input_tokens, count(prompt))
+                        sent = count(prompt) + (0 if agent is None else _tokens(state, agent))
+                        plan.input_tokens = max(plan.input_tokens, sent)
                         reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
                                                                            min(plan.reply_cap, cap))
-                        request = SummaryRequest(prompt, reply_cap, count, memo.get("deadline"))
+                        request = SummaryRequest(prompt, reply_cap, count, memo.get("deadline"), agent)
                         prompt, cap = prompts.send((yield request))
                 except StopIteration as done:
                     text = done.value
+                    if agent is not None and self.redact is not None and text is not None:
+                        text = self.redact(text)  # the agent's request is not redacted: its summary is
                 except NoRoomError as exc:  # the bound is too small for this history: the ledger, reported
                     self._commit(state, plan, None, str(exc))
                     self._fold(state, plan.folds)
@@ -370,6 +389,29 @@ class Summarize:
         self._commit(state, plan, text, reason)
         self._fold(state, plan.folds)
         return True
+
+    def _shared_request(self, state: LadderState, plan: _Plan) -> AgentRequest | None:
+        """The agent's request a cache-sharing summary request repeats (`agent_request`), or None for the
+        transcript prompt: sharing is off, the front door gave no request (`compact(agent_request=...)`), the
+        summarizer is another model (`same_model`), the request did not hold every message replaced (or not side
+        by side), or it is over the budget (tokens) without the instruction."""
+        agent = state.agent_request
+        if not self.share_agent_request or agent is None or not same_model(self.model, agent.model):
+            return None
+        at = agent.position([state.slots[i].message.id or "" for i in plan.replaced])
+        if not at or sorted(at) != list(range(min(at), max(at) + 1)):
+            return None
+        if state.budget_tokens is not None and _tokens(state, agent) > state.budget_tokens:
+            return None
+        return agent
+
+    def _shared_instruction(self, state: LadderState, plan: _Plan, agent: AgentRequest) -> str:
+        """The instruction appended to the agent's request: the prompt, naming the part to summarize by its first
+        and last message as the agent's request holds them (`prompts.shared_instruction`)."""
+        at = agent.position([state.slots[i].message.id or "" for i in plan.replaced]) or [0]
+        names = tool_names(agent.messages)
+        first, last = (_opening(agent.messages[k], names) for k in (min(at), max(at)))
+        return shared_instruction(self._template, first, last, max(at) - min(at) + 1)
 
     def _fold(self, state: LadderState, folds: list[list[str]]) -> None:
         """Fold each run of steps (given by their message ids: the summary moved the indices) into a progress
@@ -567,6 +609,29 @@ def _with_earlier_passes(identifiers: list[Identifier], replaced: list[BaseMessa
     for i in (*earlier, *identifiers):
         seen.setdefault(i.value.casefold(), i)
     return list(seen.values())
+
+
+def _one_call(prompt: str) -> Generator[tuple[str, int | None], str, str]:
+    """The driver of a single summary call (a cache-sharing request: no chunks), shaped like `summary_prompts`:
+    yields the prompt and no cap of its own, returns the reply."""
+    reply = yield prompt, None
+    return reply
+
+
+def _tokens(state: LadderState, agent: AgentRequest) -> int:
+    """Tokens of the agent's request's messages (its system message included), by the state's counter."""
+    head = [agent.system] if agent.system is not None else []
+    return sum(state.counter.count_message(m) for m in (*head, *agent.messages))
+
+
+def _opening(message: BaseMessage, names: dict[Any, str]) -> str:
+    """How the instruction names `message` (`prompts.opening`)."""
+    role = {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+    if isinstance(message, ToolMessage):
+        role = f"tool result of {tool_of(message, names)}"
+    calls = [f"{c.get('name', '?')} {json.dumps(c.get('args') or {}, ensure_ascii=False)}"
+             for c in getattr(message, "tool_calls", None) or []]
+    return opening(role, content_text(message.content), calls)
 
 
 def _text_counter(counter: TokenCounter) -> TokenCounter:

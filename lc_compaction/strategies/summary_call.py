@@ -45,6 +45,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
 from lc_compaction._content import reply_text
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.markers import SUMMARY_PREFIX
 from lc_compaction.strategies.transcript import CUT_MARKER, cut_to_tokens
 
@@ -133,12 +134,15 @@ def without_own_retries(model: BaseChatModel) -> BaseChatModel:
 @dataclass(frozen=True)
 class SummaryRequest:
     """One summarizer call: the prompt (text), the output cap (tokens), the counter of text the cap is
-    measured with (tokens), and the deadline (a `time.monotonic()` instant, seconds; None for none)."""
+    measured with (tokens), the deadline (a `time.monotonic()` instant, seconds; None for none), and the agent's
+    request it repeats (`agent_request.AgentRequest`: its messages, then the prompt as the last user message,
+    through the agent's model bound with its tools and settings; None: the prompt alone, no tools)."""
 
     prompt: str
     cap: int
     count_text: Callable[[str], int]
     deadline: float | None = None
+    agent: AgentRequest | None = None
 
 
 class _Deadline(TimeoutError):
@@ -175,7 +179,7 @@ class SummaryCall:
         Raises:
             SummarizationError: the model timed out, failed after its retries, or answered no usable text.
         """
-        runnable, inputs = self._runnable(request.cap), [HumanMessage(content=request.prompt)]
+        runnable, inputs = self._runnable(request)
         attempt = 0
         while True:
             attempt += 1
@@ -194,7 +198,7 @@ class SummaryCall:
 
     async def ainvoke(self, request: SummaryRequest) -> str:
         """Async twin of `invoke` (`model.ainvoke` under `asyncio.wait_for`, waits with `asyncio.sleep`)."""
-        runnable, inputs = self._runnable(request.cap), [HumanMessage(content=request.prompt)]
+        runnable, inputs = self._runnable(request)
         own: list[BaseException] = []  # a TimeoutError the model raised itself (not the deadline's)
 
         async def attempt() -> Any:
@@ -225,11 +229,24 @@ class SummaryCall:
                 raise self._error(error, tries, request.deadline) from error
             await asyncio.sleep(wait)
 
-    def _runnable(self, cap: int) -> Runnable[Any, Any]:
-        model: Runnable[Any, Any] = self._model
-        if self.cap_field:
-            model = model.bind(**{self.cap_field: cap})
-        return model
+    def _runnable(self, request: SummaryRequest) -> tuple[Runnable[Any, Any], list[BaseMessage]]:
+        """The runnable and its input: the summarizer model and the prompt; or, for a request that repeats the
+        agent's (`request.agent`), the agent's model without its own retries, bound as the agent's request was,
+        and that request's messages with the prompt last. The output cap is bound either way (it is not part of
+        a provider's prompt-cache key)."""
+        agent = request.agent
+        if agent is None:
+            model: Runnable[Any, Any] = self._model
+            cap_field = self.cap_field
+            inputs: list[BaseMessage] = [HumanMessage(content=request.prompt)]
+        else:
+            declared = type(agent.model).model_fields
+            cap_field = next((f for f in CAP_FIELDS if f in declared), None)
+            own = self._model if agent.model is self.model else without_own_retries(agent.model)
+            model, inputs = agent.runnable(own), agent.inputs(request.prompt)
+        if cap_field:
+            model = model.bind(**{cap_field: request.cap})
+        return model, inputs
 
     def _wait(self, exc: Exception, attempt: int, deadline: float | None) -> float | None:
         """Seconds to wait before the next attempt after `exc` ended attempt number `attempt`, or None to
