@@ -528,7 +528,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
-    state.agent_request = agent_request
+    state.agent_request, state.window_tokens = agent_request, compaction.policy.max_input_tokens
     for strategy in compaction.ladder():
         strategy.apply(state)
     if compaction.over_budget():
@@ -549,7 +549,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
-    state.agent_request = agent_request
+    state.agent_request, state.window_tokens = agent_request, compaction.policy.max_input_tokens
     for strategy in compaction.ladder():
         await strategy.aapply(state)
     if compaction.over_budget():

@@ -146,6 +146,9 @@ class LadderState:
         self.agent_request: AgentRequest | None = None
         """The agent's latest model request, when the front door gave it (`compact(agent_request=...)`): what a
         cache-sharing summary request repeats (`strategies.summarize.Summarize.share_agent_request`)."""
+        self.window_tokens: int | None = None
+        """The model's input window (tokens; the policy's `max_input_tokens`), the bound of a request that
+        repeats the agent's with more appended; None: not known."""
         self.actions: list[Action] = []
         self.removed: list[BaseMessage] = []
         self.details: dict[str, Any] = {}

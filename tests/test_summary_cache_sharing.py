@@ -14,7 +14,7 @@ import json
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -35,7 +35,7 @@ LEAD = SHARED_REQUEST_LEAD.splitlines()[0]
 @tool
 def get_reservation(reservation_id: str) -> str:
     """Look a reservation up by its id."""
-    notes = " ".join(f"seat{j % 9} row{j % 30}" for j in range(90))
+    notes = " ".join(f"seat{j % 9} row{j % 30}" for j in range(300))
     return json.dumps({"reservation_id": reservation_id, "status": "confirmed", "notes": notes})
 
 
@@ -210,7 +210,7 @@ def check_requests(requests: list[dict]) -> int:
 def test_create_agent_middleware_shares_the_agents_request(server, mode):
     model = server.chat_model()
     server.script = [("by", agent_script(2))]
-    middleware = CompactionMiddleware(max_input_tokens=3000, mode=mode, strategies=[Summarize(model=model)])
+    middleware = CompactionMiddleware(max_input_tokens=8000, mode=mode, strategies=[Summarize(model=model)])
     agent = create_agent(model, [get_reservation], system_prompt=SYSTEM, middleware=[middleware],
                          checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": f"t-{mode}"}}
@@ -230,7 +230,7 @@ def test_compiled_graph_node_shares_the_agents_request(server):
     def call_model(state):
         return {"messages": [bound.invoke([SystemMessage(SYSTEM), *state["messages"]])]}
 
-    node = CompactionNode(model=model, tools=[get_reservation], system_prompt=SYSTEM, max_input_tokens=3000,
+    node = CompactionNode(model=model, tools=[get_reservation], system_prompt=SYSTEM, max_input_tokens=8000,
                           strategies=[Summarize(model=model)])
     graph = compact_model_tools(node, call_model, [get_reservation])
     config = {"configurable": {"thread_id": "graph"}}
@@ -238,3 +238,17 @@ def test_compiled_graph_node_shares_the_agents_request(server):
         graph.invoke({"messages": [("user", f"Request {k}: check my reservations, please.")]}, config)
     assert check_requests(server.requests) >= 1
     assert any(is_summary(m) for m in graph.get_state(config).values["messages"])
+
+
+def test_a_request_over_the_window_with_the_instruction_is_not_repeated(server):
+    model = server.chat_model()
+    history = lookups_history()
+    filler = HumanMessage(" ".join(f"word{k}" for k in range(3000)), id="filler")
+    policy = shared_policy(history, Summarize(model=model))
+    counter = policy.counter
+    assert counter.count_messages([*history, filler]) > policy.max_input_tokens  # over the window itself
+    agent = AgentRequest(model=model, messages=[*history[1:], filler], system=history[0], tools=(get_reservation,))
+    server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
+    result = compact(history[1:], policy, agent_request=agent)
+    assert result.details["summary_request"] == "transcript"
+    assert "tools" not in server.requests[0]

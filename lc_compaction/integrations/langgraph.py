@@ -48,6 +48,12 @@ calls without results): repaired on every call (or raises with `repair=False`), 
 messages added since the previous call (`compact`); a real result that arrives after the repair (in the same
 graph step, a parallel branch) takes the place of the "no result was recorded" placeholder at the next call.
 
+With `model=` given, the node remembers the model input it returned, per thread (in this process): a summary
+written at the next call by `Summarize(model=<that model>)` repeats it as the model call sent it (`model` bound
+with `tools`, `system_prompt` first) with the instruction appended, so the provider reads its prefix from the
+prompt cache (`lc_compaction.agent_request`). A model node that binds other settings gets a valid summary
+request that shares less of the cache.
+
 Each call reports its outcome (a LangChain custom event and a log line, see `events.py`).
 """
 
@@ -108,7 +114,8 @@ class CompactionNode(Runnable[dict, Any]):
         policy: a `CompactionPolicy`; or leave it None and give the settings below (not both).
         mode: "rewrite" (default) or "view" (see the module docstring).
         model: the chat model the agent calls; its profile's `max_input_tokens` is the window (tokens) when
-            neither `policy` nor `max_input_tokens` is given, and its name picks the tiktoken encoding.
+            neither `policy` nor `max_input_tokens` is given, and its name picks the tiktoken encoding. A
+            `Summarize(model=<this model>)` then repeats the agent's request (see the module docstring).
         tools: the tools bound to the model (their schemas are sent with every call and are counted: tokens
             by `policy.counter.count_tools`). Pass the same list you give `create_react_agent`.
         system_prompt: a system prompt the model receives but that is not in the stored messages

@@ -24,6 +24,11 @@ node (`lc_compaction.integrations.plan.plan_compaction`), in two hooks:
   follows at the next call's `before_model`); in view mode it is the view the memory describes. Nothing is
   written from here.
 
+The request passed on to the model is remembered per thread (in this process, `plan.REQUESTS_KEPT` threads):
+a summary written at the next call by `Summarize(model=<the agent's model>)` repeats it with the instruction
+appended, so the provider reads its prefix from the prompt cache (`lc_compaction.agent_request`); a request
+that asks for a structured response is not remembered (`create_agent` binds other tools for it).
+
 When the window comes from the request's model (no `policy`, `max_input_tokens` or `model` given), `before_model`
 knows it only once a request was seen in this process: until then the `wrap_model_call` check alone compacts
 the call (the model input; its event is the call's), and the memory is not updated.

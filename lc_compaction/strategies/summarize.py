@@ -354,12 +354,13 @@ class Summarize:
                 if self.timeout is not None:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
                 count = plan.counter.count_text
-                agent = self._shared_request(state, plan)
-                state.details["summary_request"] = "transcript" if agent is None else "agent"
+                shared = self._shared_request(state, plan)
+                agent = shared[0] if shared is not None else None
+                state.details["summary_request"] = "transcript" if shared is None else "agent"
                 prompts = (summary_prompts(self._template, plan.messages, plan.previous_text,
                                            self.trim_tokens_to_summarize, count, redact=self.redact,
                                            report=state.details)
-                           if agent is None else _one_call(self._shared_instruction(state, plan, agent)))
+                           if shared is None else _one_call(shared[1]))
                 try:
                     prompt, cap = next(prompts)
                     while True:
@@ -390,28 +391,25 @@ class Summarize:
         self._fold(state, plan.folds)
         return True
 
-    def _shared_request(self, state: LadderState, plan: _Plan) -> AgentRequest | None:
-        """The agent's request a cache-sharing summary request repeats (`agent_request`), or None for the
-        transcript prompt: sharing is off, the front door gave no request (`compact(agent_request=...)`), the
-        summarizer is another model (`same_model`), the request did not hold every message replaced (or not side
-        by side), or it is over the budget (tokens) without the instruction."""
+    def _shared_request(self, state: LadderState, plan: _Plan) -> tuple[AgentRequest, str] | None:
+        """The agent's request a cache-sharing summary request repeats (`agent_request`) and the instruction
+        appended to it, or None for the transcript prompt: sharing is off, the front door gave no request
+        (`compact(agent_request=...)`), the summarizer is another model (`same_model`), the request did not hold
+        every message replaced (or not side by side), or with the instruction it is over the window
+        (`LadderState.window_tokens`, tokens)."""
         agent = state.agent_request
         if not self.share_agent_request or agent is None or not same_model(self.model, agent.model):
             return None
         at = agent.position([state.slots[i].message.id or "" for i in plan.replaced])
         if not at or sorted(at) != list(range(min(at), max(at) + 1)):
             return None
-        if state.budget_tokens is not None and _tokens(state, agent) > state.budget_tokens:
-            return None
-        return agent
-
-    def _shared_instruction(self, state: LadderState, plan: _Plan, agent: AgentRequest) -> str:
-        """The instruction appended to the agent's request: the prompt, naming the part to summarize by its first
-        and last message as the agent's request holds them (`prompts.shared_instruction`)."""
-        at = agent.position([state.slots[i].message.id or "" for i in plan.replaced]) or [0]
         names = tool_names(agent.messages)
         first, last = (_opening(agent.messages[k], names) for k in (min(at), max(at)))
-        return shared_instruction(self._template, first, last, max(at) - min(at) + 1)
+        instruction = shared_instruction(self._template, first, last, max(at) - min(at) + 1)
+        window = state.window_tokens
+        if window is not None and _tokens(state, agent) + plan.counter.count_text(instruction) > window:
+            return None
+        return agent, instruction
 
     def _fold(self, state: LadderState, folds: list[list[str]]) -> None:
         """Fold each run of steps (given by their message ids: the summary moved the indices) into a progress
