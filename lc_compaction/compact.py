@@ -45,6 +45,7 @@ The ladder, in order:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, detail, duplicates
-from lc_compaction.ladder import Action, LadderState, Slot, Strategy, protect
+from lc_compaction.ladder import Action, LadderState, Slot, Strategy, SyncStrategy, protect
 from lc_compaction.markers import is_dropped_marker
 from lc_compaction.offload import (
     OffloadKeys,
@@ -408,6 +409,28 @@ class _Compaction:
                 self.state = attempt
                 return
 
+    def without_ladder(self) -> CompactionResult | None:
+        """The result when the ladder need not run: nothing to compact (under the trigger, nothing new to edit
+        or repair), or arrival edits only; None when it must run (`run`)."""
+        if not (self.triggered or self.arrivals or self.duplicates or self.broken):
+            return self.unchanged("under_trigger")
+        if not (self.triggered or self.arrivals or self.broken):
+            return self.arrival_edits_only()
+        return None
+
+    def run(self, agent_request: AgentRequest | None) -> CompactionResult:
+        """Prepare the state, apply the ladder's strategies (`apply`), the last resort if still over the budget,
+        and finish."""
+        self.prepare()
+        state = self.state
+        assert state is not None  # set by prepare()
+        state.agent_request, state.window_tokens = agent_request, self.policy.max_input_tokens
+        for strategy in self.ladder():
+            strategy.apply(state)
+        if self.over_budget():
+            self.last_resort()
+        return self.finish()
+
     def ladder(self) -> Iterator[Strategy]:
         """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the
         caller applies it (sync or async) and this generator checks the invariants after each."""
@@ -521,31 +544,29 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         CompactionInvariantError: a strategy broke an invariant (a bug; the input is untouched).
     """
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
-        return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals or compaction.broken):
-        return compaction.arrival_edits_only()
-    compaction.prepare()
-    state = compaction.state
-    assert state is not None  # set by prepare()
-    state.agent_request, state.window_tokens = agent_request, compaction.policy.max_input_tokens
-    for strategy in compaction.ladder():
-        strategy.apply(state)
-    if compaction.over_budget():
-        compaction.last_resort()
-    return compaction.finish()
+    quick = compaction.without_ladder()
+    if quick is not None:
+        return quick
+    return compaction.run(agent_request)
 
 
 async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, extra_tokens: int = 0,
                    repair: bool | None = None, tally: CountTally | None = None, offload: bool = False,
                    offload_rekey: Collection[str] = (), agent_request: AgentRequest | None = None
                    ) -> CompactionResult:
-    """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
+    """Async twin of `compact` (strategies run through `aapply`, so an LLM summarizer is awaited).
+
+    The event loop is never held for a whole compaction: when every strategy of the ladder is a `SyncStrategy`
+    (nothing to await: the default ladder, the ledger), the ladder runs in a worker thread
+    (`asyncio.to_thread`), so other tasks go on meanwhile (Python lets the loop's thread run every
+    `sys.getswitchinterval()` seconds, 5 ms by default). A call with nothing to compact, or only arrival edits,
+    stays on the loop: it costs what its new messages cost."""
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
-    if not (compaction.triggered or compaction.arrivals or compaction.duplicates or compaction.broken):
-        return compaction.unchanged("under_trigger")
-    if not (compaction.triggered or compaction.arrivals or compaction.broken):
-        return compaction.arrival_edits_only()
+    quick = compaction.without_ladder()
+    if quick is not None:
+        return quick
+    if all(isinstance(s, SyncStrategy) for s in compaction.policy.strategies or ()):
+        return await asyncio.to_thread(compaction.run, agent_request)
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
