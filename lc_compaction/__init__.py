@@ -7,6 +7,7 @@ tool_calls and their ToolMessages are one unit: never orphaned, split or duplica
 
 from typing import Any
 
+from lc_compaction.agent_request import AgentRequest
 from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
@@ -82,6 +83,7 @@ __all__ = [
     "replay_conversation",
     "replay_files",
     "Action",
+    "AgentRequest",
     "ApproximateCounter",
     "CompactionInvariantError",
     "CompactionPolicy",

@@ -72,6 +72,20 @@ class AgentRequest:
         head = [self.system] if self.system is not None else []
         return [*head, *self.messages, HumanMessage(content=instruction)]
 
+    def answers_in_text(self) -> bool:
+        """Whether the model may answer this request with text: False when its `tool_choice` forces a tool call
+        ("required", "any", a tool's name or a tool dict; None, "auto" and "none" do not), so a summary request
+        that repeats it could only get a tool call back."""
+        return self.tool_choice in (None, "auto", "none") or not self.tools
+
+    def begins(self, messages: Sequence[BaseMessage]) -> bool:
+        """Whether `messages` (the history a compaction is given) starts with this request's messages, each the
+        same message (the same object, or equal in every field): a request from another branch of the thread (a
+        rewind to an earlier checkpoint) or of a message edited or removed since (`update_state`, a redaction)
+        does not, and a summary that repeated it would bring back what the history no longer holds."""
+        sent = self.messages
+        return len(sent) <= len(messages) and all(a is b or a == b for a, b in zip(sent, messages))
+
     def position(self, ids: Sequence[str]) -> list[int] | None:
         """The index in `messages` of each id of `ids`, or None when one of them was not sent (a summary of
         messages the agent's request did not hold cannot point at them)."""

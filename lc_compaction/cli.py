@@ -335,3 +335,7 @@ def compact_command(source: Any, repair: bool, output_format: str, report: bool,
     click.echo(json.dumps(out, indent=2, ensure_ascii=False))
     if report:
         click.echo(json.dumps(reports[0], indent=2), err=True)
+
+
+if __name__ == "__main__":  # python -m lc_compaction.cli
+    main()

@@ -424,12 +424,22 @@ class _Compaction:
         self.prepare()
         state = self.state
         assert state is not None  # set by prepare()
-        state.agent_request, state.window_tokens = agent_request, self.policy.max_input_tokens
+        self.share(agent_request)
         for strategy in self.ladder():
             strategy.apply(state)
         if self.over_budget():
             self.last_resort()
         return self.finish()
+
+    def share(self, agent_request: AgentRequest | None) -> None:
+        """Give the state the agent's request a summary request may repeat (`LadderState.agent_request`) and the
+        window that bounds it, unless the request is not the start of the history given (`AgentRequest.begins`:
+        another branch, an edited or removed message) or forces a tool call (`AgentRequest.answers_in_text`)."""
+        state = self.state
+        assert state is not None  # set by prepare()
+        state.window_tokens = self.policy.max_input_tokens
+        usable = agent_request is not None and agent_request.answers_in_text() and agent_request.begins(self.original)
+        state.agent_request = agent_request if usable else None
 
     def ladder(self) -> Iterator[Strategy]:
         """Yield each strategy to apply, in order, for the soft pass then (if needed) the second pass; the
@@ -570,7 +580,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction.prepare()
     state = compaction.state
     assert state is not None  # set by prepare()
-    state.agent_request, state.window_tokens = agent_request, compaction.policy.max_input_tokens
+    compaction.share(agent_request)
     for strategy in compaction.ladder():
         await strategy.aapply(state)
     if compaction.over_budget():

@@ -252,3 +252,71 @@ def test_a_request_over_the_window_with_the_instruction_is_not_repeated(server):
     result = compact(history[1:], policy, agent_request=agent)
     assert result.details["summary_request"] == "transcript"
     assert "tools" not in server.requests[0]
+
+
+# ------------------------------------------------------------------------- what a shared request must not bring back
+def test_an_edited_message_makes_the_transcript_prompt(server):
+    model = server.chat_model()
+    history = lookups_history()
+    sent = list(history[1:-2])
+    sent[4] = sent[4].model_copy(update={"content": "Request 1: check reservation RES999Q (the old text)."})
+    agent = AgentRequest(model=model, messages=sent, system=history[0], tools=(get_reservation,))
+    server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
+    result = compact(history[1:], shared_policy(history, Summarize(model=model)), agent_request=agent)
+    assert result.details["summary_request"] == "transcript"
+    assert "RES999Q" not in json.dumps(server.requests[0])
+
+
+def test_a_forced_tool_choice_makes_the_transcript_prompt(server):
+    model = server.chat_model()
+    history = lookups_history()
+    agent = AgentRequest(model=model, messages=history[1:-2], system=history[0], tools=(get_reservation,),
+                         tool_choice="required")
+    assert not agent.answers_in_text()
+    server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
+    result = compact(history[1:], shared_policy(history, Summarize(model=model)), agent_request=agent)
+    assert result.details["summary_request"] == "transcript"
+    assert result.details["summarizer"] == "model"
+
+
+@pytest.mark.parametrize("door", ["middleware", "node"])
+def test_a_rewind_never_summarizes_the_abandoned_branch(server, door):
+    model = server.chat_model()
+    server.script = [("by", agent_script(0))]
+    pad = " My notes: " + "note " * 1100
+    strategies = [Summarize(model=model)]
+    if door == "middleware":
+        agent = create_agent(model, [get_reservation], system_prompt=SYSTEM, checkpointer=InMemorySaver(),
+                             middleware=[CompactionMiddleware(max_input_tokens=6000, strategies=strategies)])
+    else:
+        bound = model.bind_tools([get_reservation])
+        node = CompactionNode(model=model, tools=[get_reservation], system_prompt=SYSTEM, max_input_tokens=6000,
+                              strategies=strategies)
+        agent = compact_model_tools(
+            node, lambda state: {"messages": [bound.invoke([SystemMessage(SYSTEM), *state["messages"]])]},
+            [get_reservation])
+    config = {"configurable": {"thread_id": f"rewind-{door}"}}
+    agent.invoke({"messages": [("user", "Is RES001Q confirmed?" + pad)]}, config)
+    fork = agent.get_state(config).config
+    agent.invoke({"messages": [("user", "Oops, wrong account: SECRET-ABANDONED." + pad)]}, config)
+    seen = len(server.requests)
+    out = agent.invoke({"messages": [("user", "Another question: RES009Q?" + pad * 3)]}, fork)
+    after = server.requests[seen:]
+    assert any("RES009Q" in json.dumps(r) for r in after)  # the fork's turn was sent
+    assert not any("SECRET-ABANDONED" in json.dumps(r) for r in after)
+    assert not any("SECRET-ABANDONED" in str(m.content) for m in out["messages"])
+
+
+def test_a_bound_model_given_to_the_node_is_shared(server):
+    model = server.chat_model()
+    server.script = [("by", agent_script(2))]
+    bound = model.bind_tools([get_reservation])
+    node = CompactionNode(model=bound, system_prompt=SYSTEM, max_input_tokens=8000,
+                          strategies=[Summarize(model=model)])
+    graph = compact_model_tools(
+        node, lambda state: {"messages": [bound.invoke([SystemMessage(SYSTEM), *state["messages"]])]},
+        [get_reservation])
+    config = {"configurable": {"thread_id": "bound"}}
+    for k in range(6):
+        graph.invoke({"messages": [("user", f"Request {k}: check my reservations, please.")]}, config)
+    assert check_requests(server.requests) >= 1

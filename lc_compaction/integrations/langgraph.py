@@ -64,7 +64,7 @@ from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
 from langgraph.graph.message import add_messages
 from langgraph.types import Command
 from typing_extensions import Required, TypedDict
@@ -262,9 +262,15 @@ class CompactionNode(Runnable[dict, Any]):
     def _remember(self, thread: str | None, plan: CompactionPlan) -> None:
         """Keep the model input of `plan` as the thread's latest request (`self._sent`), when the node knows the
         model (given as `model=`)."""
-        if isinstance(self.model, BaseChatModel):
-            self._sent.put(thread, AgentRequest(model=self.model, messages=tuple(plan.model_input),
-                                                system=self.system_prompt, tools=self.tools))
+        model: Any = self.model
+        settings: dict[str, Any] = {}
+        tools = self.tools
+        if isinstance(model, RunnableBinding) and isinstance(model.bound, BaseChatModel):
+            # `model.bind_tools(tools)` given: its bound settings (the tools' schemas among them) as they are
+            model, settings, tools = model.bound, dict(model.kwargs), ()
+        if isinstance(model, BaseChatModel):
+            self._sent.put(thread, AgentRequest(model=model, messages=tuple(plan.model_input),
+                                                system=self.system_prompt, tools=tools, model_settings=settings))
 
     def __repr__(self) -> str:
         return f"CompactionNode(mode={self.mode!r}, policy={self.policy!r})"

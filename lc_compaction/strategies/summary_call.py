@@ -344,6 +344,10 @@ def _usable(reply: Any, request: SummaryRequest) -> str:
     if text.rstrip(".!").strip().lower() in PLACEHOLDER_REPLIES:
         raise SummarizationError(f"summarizer model answered a placeholder ({text[:60]!r}), not a summary",
                                  "no_text")
+    if not text and getattr(reply, "tool_calls", None):
+        names = ", ".join(c.get("name", "?") for c in reply.tool_calls)  # type: ignore[attr-defined]
+        raise SummarizationError(f"summarizer model called a tool ({names}) instead of answering a summary",
+                                 "no_text")
     if not text:
         blocks = reply.content if isinstance(reply.content, list) else []
         kinds = sorted({b.get("type", "?") for b in blocks if isinstance(b, dict)})
