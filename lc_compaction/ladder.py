@@ -26,6 +26,7 @@ from lc_compaction.structure import (
     UserOrAssistant,
     call_ids,
     check_invariants,
+    is_conversation_start,
     is_request,
     running_steps,
     split_exchanges,
@@ -510,7 +511,9 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
 
     Pinned: leading system messages, the first and the latest request (`is_request`: never a summary or a
-    mid-history system message), caller pins (mid-history system messages among them, see
+    mid-history system message; when the history starts with the assistant's message, after the placeholder a
+    repair put first, `structure.is_conversation_start`, the user's first request and what came before it),
+    caller pins (mid-history system messages among them, see
     `CompactionPolicy.is_pinned_by_caller`), the first assistant step after the latest request when it starts
     with a thinking block (Anthropic requires the active turn's first assistant message to keep it) and that
     request has answered (a running request's loop keeps a thinking-first step first by itself: `progress.py`,
@@ -550,6 +553,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     if requests:
         slots[requests[0]].pinned = True
         slots[requests[-1]].pinned = True
+        if is_conversation_start(msgs[requests[0]]) and len(requests) > 1:
+            # the assistant spoke first (a greeting): the placeholder a repair put before it is not the user's
+            # first request; that request is pinned too, and what the assistant said before it stays in between
+            for i in range(requests[0], requests[1] + 1):
+                slots[i].pinned = True
         # the active turn's first assistant step (after the latest request, past any mid-history system note),
         # unless it is the running request's: its loop keeps a thinking-first step first by folding only into
         # one (`progress._Folds.plan`), and no strategy removes its steps

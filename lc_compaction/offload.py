@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message_to_dict, messages_from_dict
 
-from lc_compaction._kinds import AI, HUMAN, TOOL, kind
+from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._note import note_lines, without_note
 from lc_compaction.dedup import is_deduplicated
 from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_dropped_marker, is_shortened, is_summary, is_truncated
-from lc_compaction.structure import CONVERSATION_START_TEXT, is_missing_result
+from lc_compaction.structure import is_conversation_start, is_missing_result
 
 if TYPE_CHECKING:
     from lc_compaction.ladder import Action, LadderState, RecallKeys
@@ -230,7 +230,7 @@ def is_compaction_text(message: BaseMessage) -> bool:
     to store: what it stands for is stored under its own keys, and the front doors give it the id of a message it
     replaced (`integrations.writes.adopt_ids`), whose original that key holds."""
     return (is_summary(message) or is_dropped_marker(message) or is_missing_result(message)
-            or (kind(message) == HUMAN and message.content == CONVERSATION_START_TEXT))
+            or is_conversation_start(message))
 
 
 def is_offloaded(message: BaseMessage) -> bool:

@@ -107,6 +107,12 @@ def is_request(message: BaseMessage) -> bool:
         message.additional_kwargs and is_converted_system(message))
 
 
+def is_conversation_start(message: BaseMessage) -> bool:
+    """Whether `message` is the placeholder a repair puts before a history that starts with the assistant's
+    message (`CONVERSATION_START_TEXT`): a user turn, but not the user's first request."""
+    return kind(message) == HUMAN and message.content == CONVERSATION_START_TEXT
+
+
 UserOrAssistant = Literal["user", "assistant"]
 
 

@@ -26,6 +26,7 @@ from lc_compaction.integrations.plan import plan_compaction
 from lc_compaction.ladder import Slot, protect
 from lc_compaction.markers import is_converted_system
 from lc_compaction.structure import (
+    is_conversation_start,
     check_invariants,
     is_request,
     normalize_system_messages,
@@ -296,3 +297,17 @@ def test_create_agent_with_a_reminder_middleware(mode):
         assert not any(isinstance(m, SystemMessage) for m in stored)
     else:
         assert any(isinstance(m, SystemMessage) for m in stored)  # view mode never changes the stored history
+
+
+def test_a_greeting_first_keeps_the_users_first_request_pinned():
+    """A chat that opens with the assistant's greeting (chat UIs do): the repair's placeholder goes first, and the
+    user's first request, with the greeting before it, stays whole however much is dropped."""
+    first = "My order ORD-4417 arrived broken; I want a refund to card ending 8812."
+    msgs = [AIMessage("Hello! How can I help?", id="g"), HumanMessage(first, id="h0")]
+    for i in range(1, 8):
+        msgs += [AIMessage(f"answer {i} " + "blah " * 700, id=f"a{i}"), HumanMessage(f"follow-up {i}", id=f"h{i}")]
+    result = compact(msgs, CompactionPolicy(max_input_tokens=4000), repair=True)
+    out = result.messages
+    assert is_conversation_start(out[0])
+    assert [m.id for m in out[1:3]] == ["g", "h0"] and out[2].content == first
+    assert result.fits
