@@ -179,7 +179,8 @@ def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "message
     new messages). `name` is what errors call the input (a front door passes its state key).
 
     Raises:
-        ValueError: `messages` is a string, a single message or not a sequence; or an item cannot be converted.
+        ValueError: `messages` is a string, a single message or not a sequence; or an item cannot be converted
+            (the message names its index: `messages[3]`).
     """
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Sequence):
         raise ValueError(f"{name}: expected a list of messages, got {type(messages).__name__}")
@@ -188,6 +189,12 @@ def as_messages(messages: Sequence[Any], start: int = 0, *, name: str = "message
     try:
         return list(convert_to_messages(messages))
     except Exception as exc:  # convert_to_messages raises a bare ValueError/NotImplementedError
+        for k, item in enumerate(messages):  # name the item that does not convert
+            try:
+                convert_to_messages([item])
+            except Exception as item_exc:
+                raise ValueError(f"{name}[{k}]: could not convert this {type(item).__name__} to a LangChain "
+                                 f"message: {item_exc}") from item_exc
         raise ValueError(f"{name}: could not convert the input to LangChain messages: {exc}") from exc
 
 

@@ -352,3 +352,9 @@ def test_a_compaction_never_returns_a_history_larger_than_its_input():
                                                strategies=[Inflate()]))
     assert result.messages is history and not result.compacted
     assert result.tokens_after == result.tokens_before and result.stop_reason == "nothing_removable"
+
+
+@pytest.mark.parametrize("bad", [{"content": "no role"}, 42, None])
+def test_an_item_that_is_no_message_is_named_by_its_index(bad):
+    with pytest.raises(ValueError, match=r"^messages\[1\]: could not convert this "):
+        compact([HumanMessage("hi"), bad, ("user", "again")], CompactionPolicy(max_input_tokens=4000))
