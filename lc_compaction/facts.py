@@ -45,7 +45,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
-from lc_compaction._presence import folded
+from lc_compaction._presence import folded, presence
 from lc_compaction._presence import contains as contains
 from lc_compaction._presence import occurrences as occurrences
 from lc_compaction.markers import (
@@ -534,6 +534,16 @@ class FactGuard:
         O(m log m) in the matches."""
         return _distinct(i for _, i in self._found(text))
 
+    def read_back(self, text: str) -> Presence:
+        """What a later compaction finds in `text`: the values the guard extracts from it (`extract`), to ask
+        `identifier in read_back(text)` (`Presence`: case-insensitive, whole alphanumeric runs). Text that merely
+        contains an identifier may not give it back: a letter-only code (`IFOYYZ`) that the guard took from its
+        key in a tool result (`"reservation_id": "IFOYYZ"`) is no identifier in a user's words ("the codes are
+        IFOYYZ and ..."). A list that leaves out what a text holds must ask this, not `contains`: when that text
+        is itself left out later (a quote the said line's bound omits, a ledger entry its bound drops), the
+        identifier is read from it or lost."""
+        return presence("\n".join(i.value for i in self.extract(text)))
+
     def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
               keys: bool = False) -> tuple[list[str], int | None]:
         """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
@@ -745,12 +755,14 @@ class FactGuard:
               said_from: Sequence[BaseMessage] = ()) -> GuardResult:
         """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
         word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
-        to their values). Any said or facts line already in `summary` is replaced by the new ones."""
+        to their values): those it does not hold as the guard reads it back (`read_back`), so a merge of this summary
+        finds them all. Any said or facts line already in `summary` is replaced by the new ones."""
         own = "\n".join(line for line in summary.splitlines() if not is_guard_line(line)).rstrip()
         said = self.said_line(said_from, besides=own) if said_from else ""
         body = (f"{own}\n\n{said}" if own else said) if said else own
         kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds
-        missing = [i for i in identifiers if not contains(body, i)]
+        back = self.read_back(body)  # a merge reads the summary again: what it would not find is listed
+        missing = [i for i in identifiers if not (contains(body, i) and i in back)]
         line, omitted = self.facts_line(missing, count_text, max_tokens, redact)
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
