@@ -752,13 +752,14 @@ class FactGuard:
 
     def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
               max_tokens: int | None = None, redact: Callable[[str], str] | None = None,
-              said_from: Sequence[BaseMessage] = ()) -> GuardResult:
+              said_from: Sequence[BaseMessage] = (), said_chars: int | None = None) -> GuardResult:
         """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
-        word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
-        to their values): those it does not hold as the guard reads it back (`read_back`), so a merge of this summary
-        finds them all. Any said or facts line already in `summary` is replaced by the new ones."""
+        word for word (`said_line`, bounded by `said_chars` characters, default `self.said_chars`), then the
+        identifiers it does not contain (see `facts_line`; `redact` applies to their values): those it does not
+        hold as the guard reads it back (`read_back`), so a merge of this summary finds them all. Any said or
+        facts line already in `summary` is replaced by the new ones."""
         own = "\n".join(line for line in summary.splitlines() if not is_guard_line(line)).rstrip()
-        said = self.said_line(said_from, besides=own) if said_from else ""
+        said = self.said_line(said_from, said_chars, besides=own) if said_from else ""
         body = (f"{own}\n\n{said}" if own else said) if said else own
         kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds
         back = self.read_back(body)  # a merge reads the summary again: what it would not find is listed
