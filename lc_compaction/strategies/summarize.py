@@ -137,6 +137,7 @@ class _Plan:
     calls: int = 0
     input_tokens: int = 0
     said_chars: int | None = None  # the said line's bound (characters; `said_room`), None: the guard's own
+    keys: bool = True              # the facts line writes its numbers' keys (False: they do not fit the room)
 
 
 @dataclass
@@ -531,8 +532,12 @@ class Summarize:
             room = state.goal_tokens - (state.total() - replaced_tokens) - overhead
         facts_need = 0
         said_chars = guard.said_chars
+        keys = True
         if facts_cap is not None:
             line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap)
+            if room is not None and counter.count_text(line) > room - MIN_SUMMARY_TOKENS:
+                keys = False  # the keys give way to the room too (the identifiers stay: `FactGuard.facts_line`)
+                line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap, keys=False)
             facts_need = counter.count_text(line)
             said_from = [slots[i].message for i in replaced]  # the user's short turns, word for word
             said_chars = said_room(guard, said_from, counter.count_text,
@@ -546,7 +551,7 @@ class Summarize:
                                   if is_summary(slots[i].message)) or None
         return _Plan(replaced=replaced, messages=[slots[i].message for i in evicted], previous_text=previous_text,
                      identifiers=identifiers, reply_cap=reply_cap, facts_cap=facts_cap, counter=counter, at=at,
-                     role=role, folds=place.folds, said_chars=said_chars)
+                     role=role, folds=place.folds, said_chars=said_chars, keys=keys)
 
     # ------------------------------------------------------------------ committing
     def _commit(self, state: LadderState, plan: _Plan, text: str | None, fallback_reason: str | None) -> None:
@@ -565,7 +570,7 @@ class Summarize:
             text = provenance.guard(text)
         if plan.facts_cap is not None:
             result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact,
-                                       said_from=replaced, said_chars=plan.said_chars)
+                                       said_from=replaced, said_chars=plan.said_chars, keys=plan.keys)
             text, kept, added, omitted = result.text, result.kept_by_summary, result.added, result.omitted
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
