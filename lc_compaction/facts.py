@@ -441,6 +441,18 @@ def _item(identifier: Identifier) -> str:
     return identifier.value
 
 
+_KEYED_NUMBER = re.compile(r"(?:^|(?<=; )|(?<=: ))[^;:\n\"'<>]{1,60}: (?=[\d.,]{1,40}(?:;|<|\n| \(|$))")
+"""A key written before a bare number in a list (`_item`: `price: 136`), at its start, after a separator or after a
+fence's label (`search: price: 136`); what `without_keys` takes out."""
+
+
+def without_keys(listed: str) -> str:
+    """`listed` (a list's text: `_item`s joined by `FACTS_SEPARATOR`, possibly fenced) with the keys of its numbers
+    taken out (`price: 136; HAT170` -> `136; HAT170`): a terse list, where the identifiers stay and their keys give
+    way first (`progress.terse` lines)."""
+    return _KEYED_NUMBER.sub("", listed) if FACTS_KEY in listed else listed
+
+
 def _value(identifier: Identifier) -> str:
     return identifier.value
 

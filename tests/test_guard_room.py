@@ -15,8 +15,19 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction import CompactionPolicy, Summarize, TruncateToolResults, compact
-from lc_compaction.facts import FACTS_SEPARATOR, FactGuard, Identifier, keys_fit, parse_facts, parse_said
+from lc_compaction._note import split_line
+from lc_compaction.facts import (
+    FACTS_SEPARATOR,
+    FactGuard,
+    Identifier,
+    keys_fit,
+    parse_facts,
+    parse_listed,
+    parse_said,
+    without_keys,
+)
 from lc_compaction.markers import is_shortened, is_summary, read_truncation_note
+from lc_compaction.progress import _terse_line, call_line
 from lc_compaction.recall import IdentifierTracker
 
 
@@ -98,3 +109,16 @@ def test_a_summary_under_a_tight_goal_leaves_the_running_result_whole():
     assert held.held == held.so_far, sorted(set(tracker.kinds) - {v for m in result.messages
                                                                   for v in tracker.words_of(m)})
     assert len(" ".join(parse_said(summary.content))) < sum(len(turn(k)) for k in range(4))
+
+
+def test_a_terse_progress_line_keeps_its_identifiers_and_lets_their_keys_go():
+    rows = [{"flight_number": f"HAT{100 + k}", "notes": "x" * 60, "price": 100 + 7 * k} for k in range(6)]
+    result = TruncateToolResults().truncated(ToolMessage(json.dumps(rows), tool_call_id="c", id="t", name="search"))
+    call = {"name": "search", "args": {"d": "tomorrow"}, "id": "c", "type": "tool_call"}
+    line = call_line(call, result, guard=FactGuard())
+    assert "price: 135" in line  # the full line writes the keys (issue 20)
+    terse = _terse_line(line, FactGuard())
+    assert len(terse) < len(line) and "price:" not in terse
+    assert {i.value for i in parse_listed(split_line(line)[1])} <= {i.value for i in parse_listed(split_line(terse)[1])}
+    assert without_keys("price: 136; HAT170; <untrusted_tool_data>search: zip: 80211; 12:00</untrusted_tool_data>") \
+        == "136; HAT170; <untrusted_tool_data>search: 80211; 12:00</untrusted_tool_data>"
