@@ -461,8 +461,8 @@ def keys_fit(identifiers: Sequence[Identifier], max_chars: int) -> bool:
     """Whether `identifiers`, listed with their keys (`_item`) and joined by `FACTS_SEPARATOR`, fit `max_chars`
     characters. A bounded list chooses its identifiers by their values alone, as it did before keys were written
     (issue 20), and writes the keys only when this holds: a key tells what a number is, but it must not take the
-    place of an identifier (with keys counted in the bounds, the identifiers table of benchmarks/BILL.md lost 0.2
-    points at 4,000 tokens)."""
+    place of an identifier (with the keys counted in the bounds, benchmarks/BILL.md's identifiers table at 4,000
+    tokens lost 15 of the 21,801 (call, identifier) pairs of the default policy's row and 14 of Summarize()'s)."""
     return sum(len(_item(i)) for i in identifiers) + len(FACTS_SEPARATOR) * max(0, len(identifiers) - 1) <= max_chars
 
 
