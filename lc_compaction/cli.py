@@ -250,7 +250,9 @@ def _table(data: dict[str, Any]) -> str:
               "bill: those input tokens billed under the cache model above, in units of uncached input tokens,",
               "without and with compaction, and their ratio (with / without);",
               "back-to-back: compactions on the call right after another compaction;",
-              "ids kept: (call, identifier) pairs whose identifier of the history so far is still in what was sent;",
+              "ids kept: (call, identifier) pairs whose identifier of the history so far is still in what was sent",
+              "(every identifier counts, those of a tool result larger than the budget on its own too: no history",
+              "that fits holds it whole, and the last resort cuts it on the call it arrives);",
               "peak input: the largest single call with compaction; ms: compaction time per model call."]
     notes = [textwrap.fill(note, width=116) for name, d in [(Path(f["path"]).name, f) for f in data["files"]]
              + [("total", data)] if (note := _bill_note(name, d))]

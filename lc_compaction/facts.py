@@ -45,7 +45,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
-from lc_compaction._presence import folded
+from lc_compaction._presence import folded, presence
 from lc_compaction._presence import contains as contains
 from lc_compaction._presence import occurrences as occurrences
 from lc_compaction.markers import (
@@ -447,6 +447,38 @@ def _item(identifier: Identifier) -> str:
     return identifier.value
 
 
+_KEYED_NUMBER = re.compile(r"(?:^|(?<=; )|(?<=: ))[^;:\n\"'<>]{1,60}: (?=[\d.,]{1,40}(?:;|<|\n| \(|$))")
+"""A key written before a bare number in a list (`_item`: `price: 136`), at its start, after a separator or after a
+fence's label (`search: price: 136`); what `without_keys` takes out."""
+
+
+def without_keys(listed: str) -> str:
+    """`listed` (a list's text: `_item`s joined by `FACTS_SEPARATOR`, possibly fenced) with the keys of its numbers
+    taken out (`price: 136; HAT170` -> `136; HAT170`): a terse list, where the identifiers stay and their keys give
+    way first (`progress.terse` lines)."""
+    return _KEYED_NUMBER.sub("", listed) if FACTS_KEY in listed else listed
+
+
+def _value(identifier: Identifier) -> str:
+    return identifier.value
+
+
+def keys_fit(identifiers: Sequence[Identifier], max_chars: int) -> bool:
+    """Whether `identifiers`, listed with their keys (`_item`) and joined by `FACTS_SEPARATOR`, fit `max_chars`
+    characters. A bounded list chooses its identifiers by their values alone, as it did before keys were written
+    (issue 20), and writes the keys only when this holds: a key tells what a number is, but it must not take the
+    place of an identifier (with the keys counted in the bounds, benchmarks/BILL.md's identifiers table at 4,000
+    tokens lost 15 of the 21,801 (call, identifier) pairs of the default policy's row and 14 of Summarize()'s)."""
+    return sum(len(_item(i)) for i in identifiers) + len(FACTS_SEPARATOR) * max(0, len(identifiers) - 1) <= max_chars
+
+
+def _items(identifiers: Sequence[Identifier], max_chars: int) -> list[str]:
+    """How a list bounded by `max_chars` characters writes `identifiers`: with their keys when they fit
+    (`keys_fit`), else their values."""
+    keyed = keys_fit(identifiers, max_chars)
+    return [_item(i) if keyed else i.value for i in identifiers]
+
+
 def parse_said(text: str) -> list[str]:
     """The user turns kept by the said lines of `text` (`SAID_PREFIX`), in order."""
     out: list[str] = []
@@ -541,16 +573,28 @@ class FactGuard:
         O(m log m) in the matches."""
         return _distinct(i for _, i in self._found(text))
 
+    def read_back(self, text: str) -> Presence:
+        """What a later compaction finds in `text`: the values the guard extracts from it (`extract`), to ask
+        `identifier in read_back(text)` (`Presence`: case-insensitive, whole alphanumeric runs). Text that merely
+        contains an identifier may not give it back: a letter-only code (`IFOYYZ`) that the guard took from its
+        key in a tool result (`"reservation_id": "IFOYYZ"`) is no identifier in a user's words ("the codes are
+        IFOYYZ and ..."). A list that leaves out what a text holds must ask this, not `contains`: when that text
+        is itself left out later (a quote the said line's bound omits, a ledger entry its bound drops), the
+        identifier is read from it or lost."""
+        return presence("\n".join(i.value for i in self.extract(text)))
+
     def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
               keys: bool = False) -> tuple[list[str], int | None]:
         """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
         `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
         `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
         that a bounded list costs what it lists, not the whole text. With `keys` (for a `keyed` text), each is
-        written `key: value` when it is the value of a field (`Identifier.key`; the key counts in the bound).
+        written `key: value` when it is the value of a field (`Identifier.key`, `_item`), if the list with its keys
+        fits `max_chars` too: the bound chooses the identifiers by their values alone, so a key never takes an
+        identifier's place (`keys_fit`).
         Returns (items, more): `more` is the count of accepted identifiers left out when the whole text was read,
         None when the list filled up before its end (how many more there are was not looked for)."""
-        shown: list[str] = []
+        shown: list[Identifier] = []
         seen: set[str] = set()
         size, more, at = 0, 0, 0
         last: str | None = None
@@ -571,16 +615,15 @@ class FactGuard:
                 if key in seen or not keep(ident):
                     continue
                 seen.add(key)
-                item = _item(ident)
-                size += len(item) + (len(FACTS_SEPARATOR) if shown else 0)
+                size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
                 if more or size > max_chars:
                     more += 1
                 else:
-                    shown.append(item)
+                    shown.append(ident)
             at = end
             if more and at < len(text):
-                return shown, None
-        return shown, more
+                return _items(shown, max_chars), None
+        return _items(shown, max_chars), more
 
     def _found(self, text: str) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
@@ -690,11 +733,14 @@ class FactGuard:
 
     # ------------------------------------------------------------------ the guard
     def facts_line(self, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
-                   max_tokens: int | None = None, redact: Callable[[str], str] | None = None) -> tuple[str, int]:
+                   max_tokens: int | None = None, redact: Callable[[str], str] | None = None, *,
+                   keys: bool = True) -> tuple[str, int]:
         """The line(s) listing `identifiers` (oldest first), bounded by `max_tokens` (default `self.max_tokens`)
-        tokens of `count_text`; the most recent are kept. Identifiers with a `source` go on the tools' line, each
-        tool's fenced. `redact` (a callable on text) is applied to each value. Returns (the lines joined by a
-        newline, number omitted); ("", 0) for none."""
+        tokens of `count_text`; the most recent are kept, chosen by their values alone: their keys (`_item`:
+        `price: 136`) are written only if the line with them still fits (`keys_fit`), and never with `keys`
+        False. Identifiers with a `source` go on the tools' line, each tool's fenced. `redact` (a callable on
+        text) is applied to each value. Returns (the lines joined by a newline, number omitted); ("", 0) for
+        none."""
         if not identifiers:
             return "", 0
         bound = self.max_tokens if max_tokens is None else max_tokens
@@ -703,21 +749,27 @@ class FactGuard:
         lo, hi = 0, len(shown)
         while lo < hi:
             k = (lo + hi + 1) // 2
-            if count_text(self._render(shown[-k:], len(shown) - k)) <= bound:
+            if count_text(self._render(shown[-k:], len(shown) - k, keys=False)) <= bound:
                 lo = k
             else:
                 hi = k - 1
         if lo == 0:
             return "", len(shown)
-        return self._render(shown[-lo:], len(shown) - lo), len(shown) - lo
+        line = self._render(shown[-lo:], len(shown) - lo, keys=False)
+        if keys and any(i.key for i in shown[-lo:]):
+            keyed = self._render(shown[-lo:], len(shown) - lo)
+            if count_text(keyed) <= bound:
+                line = keyed
+        return line, len(shown) - lo
 
     @staticmethod
-    def _render(identifiers: Sequence[Identifier], omitted: int) -> str:
-        plain = [defang(_item(i)) for i in identifiers if i.source is None]
+    def _render(identifiers: Sequence[Identifier], omitted: int, *, keys: bool = True) -> str:
+        item = _item if keys else _value
+        plain = [defang(item(i)) for i in identifiers if i.source is None]
         tools: dict[str, list[str]] = {}
         for i in identifiers:
             if i.source is not None:
-                tools.setdefault(i.source, []).append(_item(i))
+                tools.setdefault(i.source, []).append(item(i))
         lines = []
         if plain:
             lines.append(FACTS_PREFIX + FACTS_SEPARATOR.join(plain))
@@ -751,16 +803,20 @@ class FactGuard:
 
     def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
               max_tokens: int | None = None, redact: Callable[[str], str] | None = None,
-              said_from: Sequence[BaseMessage] = ()) -> GuardResult:
+              said_from: Sequence[BaseMessage] = (), said_chars: int | None = None, *,
+              keys: bool = True) -> GuardResult:
         """Append to `summary` the short user turns of `said_from` (the messages it replaces) that it does not hold
-        word for word (`said_line`), then the identifiers it does not contain (see `facts_line`; `redact` applies
-        to their values). Any said or facts line already in `summary` is replaced by the new ones."""
+        word for word (`said_line`, bounded by `said_chars` characters, default `self.said_chars`), then the
+        identifiers it does not contain (see `facts_line`, and `keys`; `redact` applies to their values): those
+        it does not hold as the guard reads it back (`read_back`), so a merge of this summary finds them all. Any
+        said or facts line already in `summary` is replaced by the new ones."""
         own = "\n".join(line for line in summary.splitlines() if not is_guard_line(line)).rstrip()
-        said = self.said_line(said_from, besides=own) if said_from else ""
+        said = self.said_line(said_from, said_chars, besides=own) if said_from else ""
         body = (f"{own}\n\n{said}" if own else said) if said else own
         kept = sum(1 for i in identifiers if contains(own, i))  # what the summary's own text holds
-        missing = [i for i in identifiers if not contains(body, i)]
-        line, omitted = self.facts_line(missing, count_text, max_tokens, redact)
+        back = self.read_back(body)  # a merge reads the summary again: what it would not find is listed
+        missing = [i for i in identifiers if not (contains(body, i) and i in back)]
+        line, omitted = self.facts_line(missing, count_text, max_tokens, redact, keys=keys)
         text = f"{body}\n\n{line}" if line and body else (line or body)
         return GuardResult(text=text, identifiers=list(identifiers), kept_by_summary=kept,
                            added=len(identifiers) - kept - omitted, omitted=omitted)

@@ -78,7 +78,7 @@ from lc_compaction.markers import (
     read_truncation_note,
 )
 from lc_compaction._note import FACTS_LEAD, NoteLine, note_lines, parse_line, split_line, with_note, without_note
-from lc_compaction.facts import FactGuard, Identifier, contains
+from lc_compaction.facts import FactGuard, Identifier, contains, without_keys
 from lc_compaction.structure import Step, running_steps, split_exchanges
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def _bare_line(line: str) -> str:
 def _terse_line(line: str, guard: FactGuard) -> str:
     """A note line without its result's size and start: the call (and its failure, `NoteLine.terse_call`), then
     `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
-    any."""
+    any, without their keys (`facts.without_keys`)."""
     parts = parse_line(line)
     if parts.start:
         listed = parts.listed()
@@ -251,7 +251,7 @@ def _terse_line(line: str, guard: FactGuard) -> str:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
             parts = NoteLine(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
                           failure=parts.failure)
-    listed = parts.listed()
+    listed = without_keys(parts.listed())  # the identifiers stay, their keys give way (`facts.keys_fit`)
     return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else "")
 
 

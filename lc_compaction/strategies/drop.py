@@ -65,9 +65,9 @@ from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.facts import (
     FactGuard,
     Identifier,
-    contains,
     fact_guard_of,
     message_text,
+    parse_said,
     tool_names,
     tool_of,
     trust,
@@ -329,8 +329,9 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
         identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
                        and not (i.source is not None and any(i in p for p in texts.get(i.source, ())))]
     said = fact_guard.said_line(stands_for)  # a user's short turns word for word (a correction is words)
-    if said:  # what the quotes hold is not listed again
-        identifiers = [i for i in identifiers if i.source is not None or not contains(said, i)]
+    if said:  # what the quotes give back when read again (a merge extracts them) is not listed again
+        quoted = fact_guard.read_back("\n".join(parse_said(said)))
+        identifiers = [i for i in identifiers if i.source is not None or i not in quoted]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
     return make_dropped_marker(message_id=message_id, facts="\n".join(x for x in (said, facts) if x))
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn
 
@@ -136,6 +136,8 @@ class _Plan:
     folds: list[list[str]]         # runs of steps (message ids) folded into a progress note instead
     calls: int = 0
     input_tokens: int = 0
+    said_chars: int | None = None  # the said line's bound (characters; `said_room`), None: the guard's own
+    keys: bool = True              # the facts line writes its numbers' keys (False: they do not fit the room)
 
 
 @dataclass
@@ -523,22 +525,33 @@ class Summarize:
         identifiers = _with_earlier_passes(guard.extract_messages(slots[i].message for i in replaced),
                                            [slots[i].message for i in replaced], self._written(state))
         facts_cap = guard.max_tokens if self.fact_guard is not False else None
-        facts_need = 0
-        if facts_cap is not None:
-            line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap)
-            said = guard.said_line(slots[i].message for i in replaced)  # the user's short turns, word for word
-            facts_need = counter.count_text(line) + (counter.count_text(said) if said else 0)
-        reply_cap = self.max_summary_tokens
+        room: int | None = None  # what the goal leaves for the summary's text (tokens)
         if state.goal_tokens is not None and counter is state.counter:
             replaced_tokens = sum(slots[i].tokens for i in replaced)
             overhead = state.counter.count_message(make_summary_message("", role=role))
-            room = state.goal_tokens - (state.total() - replaced_tokens) - overhead - facts_need
-            reply_cap = max(MIN_SUMMARY_TOKENS, min(reply_cap, room))
+            room = state.goal_tokens - (state.total() - replaced_tokens) - overhead
+        facts_need = 0
+        said_chars = guard.said_chars
+        keys = True
+        if facts_cap is not None:
+            line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap)
+            if room is not None and counter.count_text(line) > room - MIN_SUMMARY_TOKENS:
+                keys = False  # the keys give way to the room too (the identifiers stay: `FactGuard.facts_line`)
+                line, _ = guard.facts_line(identifiers, counter.count_text, facts_cap, keys=False)
+            facts_need = counter.count_text(line)
+            said_from = [slots[i].message for i in replaced]  # the user's short turns, word for word
+            said_chars = said_room(guard, said_from, counter.count_text,
+                                   None if room is None else room - facts_need - MIN_SUMMARY_TOKENS)
+            said = guard.said_line(said_from, said_chars)
+            facts_need += counter.count_text(said) if said else 0
+        reply_cap = self.max_summary_tokens
+        if room is not None:
+            reply_cap = max(MIN_SUMMARY_TOKENS, min(reply_cap, room - facts_need))
         previous_text = "\n\n".join(summary_text(slots[i].message) for i in replaced
                                   if is_summary(slots[i].message)) or None
         return _Plan(replaced=replaced, messages=[slots[i].message for i in evicted], previous_text=previous_text,
                      identifiers=identifiers, reply_cap=reply_cap, facts_cap=facts_cap, counter=counter, at=at,
-                     role=role, folds=place.folds)
+                     role=role, folds=place.folds, said_chars=said_chars, keys=keys)
 
     # ------------------------------------------------------------------ committing
     def _commit(self, state: LadderState, plan: _Plan, text: str | None, fallback_reason: str | None) -> None:
@@ -557,7 +570,7 @@ class Summarize:
             text = provenance.guard(text)
         if plan.facts_cap is not None:
             result = self._guard.guard(text, identifiers, count, plan.facts_cap, redact=self.redact,
-                                       said_from=replaced)
+                                       said_from=replaced, said_chars=plan.said_chars, keys=plan.keys)
             text, kept, added, omitted = result.text, result.kept_by_summary, result.added, result.omitted
         else:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
@@ -592,6 +605,34 @@ class Summarize:
         d["identifiers_added_by_guard"] = added
         d["identifiers_omitted"] = omitted
         d["tool_text_fenced"] = d.get("tool_text_fenced", 0) + provenance.fenced
+
+
+def said_room(guard: FactGuard, said_from: Sequence[BaseMessage], count_text: Callable[[str], int],
+              room: int | None) -> int:
+    """The said line's bound (characters) for a summary of `said_from` when `room` tokens (of `count_text`) are
+    left for it beside the facts line and the smallest text (`MIN_SUMMARY_TOKENS`): the guard's own
+    (`FactGuard.said_chars`) when its line fits or `room` is None (no goal in tokens), else the largest bound whose
+    line fits (0: none). The quotes give way first: a turn left out of the line still has its identifiers on the
+    facts line (`FactGuard.guard` lists what the line does not give back), while a summary over its room makes
+    the last resort cut the kept messages, the recent context (issue 20's must-show: added beyond the room, the
+    said line cost the Summarize() row of benchmarks/BILL.md's identifiers table 165 of its 21,801 (call,
+    identifier) pairs at 4,000 tokens)."""
+    bound = guard.said_chars
+    if room is None or not bound:
+        return bound
+    if room <= 0:
+        return 0
+    line = guard.said_line(said_from, bound)
+    if not line or count_text(line) <= room:
+        return bound
+    lo, hi = 0, bound  # the largest bound whose line fits: the line grows with the bound (binary search)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_text(guard.said_line(said_from, mid)) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _with_earlier_passes(identifiers: list[Identifier], replaced: list[BaseMessage],
