@@ -675,7 +675,8 @@ class FactGuard:
         listed = (_carried(v) for v in _values(note.identifiers))
         return _distinct([*self.extract(note.start), *listed])
 
-    def extract_messages(self, messages: Iterable[BaseMessage]) -> list[Identifier]:
+    def extract_messages(self, messages: Iterable[BaseMessage], *,
+                         memo: dict[Any, Any] | None = None) -> list[Identifier]:
         """Identifiers of several messages, oldest first (distinct values), each with its `source`: the tool
         whose result it first occurs in, when it occurs in tool results (or the fenced part of an earlier
         summary, drop marker or progress note) and in no user or system message (nor the unfenced part of an
@@ -683,41 +684,60 @@ class FactGuard:
         the identifiers of its facts lines come first (they are older than its prose), read back verbatim with
         their attribution; a truncation note gives the identifiers of the original it names
         (`extract_result`); in an assistant message, an identifier inside a fence (a progress note's results) is
-        its fence's tool's."""
+        its fence's tool's.
+
+        `memo` (a dict the caller keeps, e.g. for one compaction): each message's own identifiers and trusted text
+        are remembered there by message object (and a result's tool), so a list read again with more messages
+        (a drop marker that grows over several drops) reads each message once; the result is the same."""
         messages = list(messages)
         found: list[Identifier] = []
         trusted: list[str] = []  # what the user (or the system) said: its identifiers are never tool-derived
         names = tool_names(messages)
         for m in messages:
-            if is_summary(m):
-                text = summary_text(m)
-                carried = parse_facts(text)
-                found.extend(carried)
-                trusted.extend(i.value for i in carried if i.source is None)
-                body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
-                found.extend(self._fenced(body))
-                trusted.append(outside_fences(body))
-            elif isinstance(m, ToolMessage):
-                tool = tool_of(m, names)
-                found.extend(replace(i, source=tool) for i in self.extract_result(m))
-            elif isinstance(m, (HumanMessage, SystemMessage)):
-                trusted.append(message_text(m))
-                found.extend(self.extract(message_text(m)))
-            elif is_dropped_marker(m):  # the agent's voice: its plain identifiers are not the user's
-                facts = dropped_marker_facts(m)
-                said = "\n".join(parse_said(facts))  # but its quotes of the user are (`said_line`)
-                trusted.append(said)
-                found.extend(self.extract(said))
-                found.extend(parse_facts(facts))
-            elif isinstance(m, AIMessage) and note_lines(m):  # a progress note, then the message's own text
-                for line in note_lines(m):
-                    call, listed = split_line(line)
-                    found.extend(self._fenced(call))
-                    found.extend(parse_listed(listed))
-                found.extend(self._fenced(message_text(without_note(m))))
-            else:
-                found.extend(self._fenced(message_text(m)))
+            tool = tool_of(m, names) if isinstance(m, ToolMessage) else None
+            key = ("extract_messages", id(m), tool)
+            seen = memo.get(key) if memo is not None else None
+            if seen is None or seen[0] is not m:
+                own: list[Identifier] = []
+                said: list[str] = []
+                self._message_identifiers(m, tool, own, said)
+                seen = (m, own, said)
+                if memo is not None:
+                    memo[key] = seen
+            found.extend(seen[1])
+            trusted.extend(seen[2])
         return _attributed(found, "\n".join(trusted))
+
+    def _message_identifiers(self, m: BaseMessage, tool: str | None, found: list[Identifier],
+                             trusted: list[str]) -> None:
+        """One message's part of `extract_messages`: its identifiers (`found`) and what of it is trusted text."""
+        if is_summary(m):
+            text = summary_text(m)
+            carried = parse_facts(text)
+            found.extend(carried)
+            trusted.extend(i.value for i in carried if i.source is None)
+            body = "\n".join(line for line in text.splitlines() if not is_facts_line(line))
+            found.extend(self._fenced(body))
+            trusted.append(outside_fences(body))
+        elif isinstance(m, ToolMessage):
+            found.extend(replace(i, source=tool) for i in self.extract_result(m))
+        elif isinstance(m, (HumanMessage, SystemMessage)):
+            trusted.append(message_text(m))
+            found.extend(self.extract(message_text(m)))
+        elif is_dropped_marker(m):  # the agent's voice: its plain identifiers are not the user's
+            facts = dropped_marker_facts(m)
+            said = "\n".join(parse_said(facts))  # but its quotes of the user are (`said_line`)
+            trusted.append(said)
+            found.extend(self.extract(said))
+            found.extend(parse_facts(facts))
+        elif isinstance(m, AIMessage) and note_lines(m):  # a progress note, then the message's own text
+            for line in note_lines(m):
+                call, listed = split_line(line)
+                found.extend(self._fenced(call))
+                found.extend(parse_listed(listed))
+            found.extend(self._fenced(message_text(without_note(m))))
+        else:
+            found.extend(self._fenced(message_text(m)))
 
     def _fenced(self, text: str) -> list[Identifier]:
         """Every identifier match in `text` (not made distinct: `_attributed` does), each one inside a fence

@@ -20,6 +20,8 @@ from lc_compaction.facts import (
     parse_facts_line,
 )
 from lc_compaction.tokens import TiktokenCounter
+from lc_compaction.traces import load_traces
+from tests.shared_data import traces_dir
 
 COUNT = TiktokenCounter().count_text
 
@@ -228,3 +230,13 @@ def test_an_identifier_the_chunk_cut_goes_through_is_read_whole():
     text = "reservation UA-1234 " * 51 + "UA-123 " + "reservation UA-1234 " * 20
     items, _ = FactGuard().first(text, lambda i: True, 10**6)
     assert items == ["UA-1234", "UA-123"]
+
+
+def test_extract_messages_with_a_memo_reads_the_same_as_without():
+    """A list read again with more messages (a drop marker that grows over several drops) gives what a fresh read
+    gives, on the shared traces' messages, for every prefix in steps."""
+    messages = [m for p in sorted(traces_dir().glob("*.jsonl")) for t in load_traces(p)[:3] for m in t.messages]
+    guard, memo = FactGuard(), {}
+    for end in range(10, min(len(messages), 400), 37):
+        assert guard.extract_messages(messages[:end], memo=memo) == FactGuard().extract_messages(messages[:end])
+    assert memo  # the memo was used

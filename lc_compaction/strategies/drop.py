@@ -316,7 +316,7 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
     if guard is None:
         return make_dropped_marker(message_id=message_id)
     fact_guard, bound = guard
-    identifiers = fact_guard.extract_messages(stands_for)
+    identifiers = fact_guard.extract_messages(stands_for, memo=state.memo)
     if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
         results = [m for m in left if kind(m) == TOOL and read_truncation_note(content_text(m.content)) is None]
         held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or m not in results
