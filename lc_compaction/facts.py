@@ -346,9 +346,10 @@ def _trim(value: str) -> str:
 
 def _cut(text: str, at: int) -> int:
     """Where the chunk of `text` that starts at `at` ends (`FactGuard.first`): `EXTRACT_CHUNK` characters on, moved
-    back to just after the last line break in its second half, else before the last `"` that opens a JSON key or
-    value after `, ` or `: `, else after the last space that follows neither a letter nor a digit, else there. A
-    cut that still goes through an identifier is mended by `EDGE_CHARS`."""
+    back to just after the last line break in its second half, else before the last `"` that opens a JSON key
+    after `, `, else after the last space that follows neither a letter nor a digit nor a key's end
+    (`_KEY_SEPARATORS`: a value is read with its key), else there. A cut that still goes through an identifier is
+    mended by `EDGE_CHARS`."""
     end = at + EXTRACT_CHUNK
     if end >= len(text):
         return len(text)
@@ -356,7 +357,7 @@ def _cut(text: str, at: int) -> int:
     k = text.rfind("\n", half, end)
     if k >= 0:
         return k + 1
-    k = max(text.rfind(', "', half, end), text.rfind(': "', half, end))
+    k = text.rfind(', "', half, end)
     if k >= 0:
         return k + 2
     k = end
@@ -364,9 +365,15 @@ def _cut(text: str, at: int) -> int:
         k = text.rfind(" ", half, k)
         if k <= half:
             break
-        if not text[k - 1].isalnum():
+        if not text[k - 1].isalnum() and text[k - 1] not in _KEY_SEPARATORS:
             return k + 1
     return end
+
+
+_KEY_SEPARATORS = ':="'
+"""What ends a key (`"price": 55`, `price: 55`, `price = 55`): a chunk is never cut after them, where the value
+would be read without the key that makes it an identifier (`keyed_amount`: a two-digit price is one only with
+its key)."""
 
 
 def message_text(message: BaseMessage) -> str:
@@ -598,16 +605,20 @@ class FactGuard:
         seen: set[str] = set()
         size, more, at = 0, 0, 0
         last: str | None = None
+        floor = 0  # matches starting before this were read from the chunk before (its context read again)
         while at < len(text):
             end = _cut(text, at)
             chunk = text[at:end]
             found = self._found(chunk)
+            if floor > at:
+                found = [(start, ident) for start, ident in found if at + start >= floor]
             if end < len(text):  # a match near the cut may be a piece of one that goes on: read it with the next
                 late = min((start for start, ident in found if start + len(ident.value) > len(chunk) - EDGE_CHARS),
                            default=0)
                 if late > 0:
                     found = [(start, ident) for start, ident in found if start < late]
-                    end = at + late
+                    # the next chunk starts EDGE_CHARS before it: its context too (a key before its value)
+                    floor, end = at + late, at + (late - EDGE_CHARS if late > EDGE_CHARS else late)
             if keys:
                 found, last = _with_keys(chunk, found, last)
             for _, ident in found:

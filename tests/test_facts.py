@@ -240,3 +240,17 @@ def test_extract_messages_with_a_memo_reads_the_same_as_without():
     for end in range(10, min(len(messages), 400), 37):
         assert guard.extract_messages(messages[:end], memo=memo) == FactGuard().extract_messages(messages[:end])
     assert memo  # the memo was used
+
+
+def test_a_value_near_a_chunk_cut_is_read_with_its_key():
+    """Found by the chunk property above: a keyed value near a chunk's cut was read again from its own start, without
+    the key that makes it an identifier (a two-digit price is one only with its key); the next chunk now starts
+    `EDGE_CHARS` before it."""
+    from lc_compaction.facts import EXTRACT_CHUNK, _item
+
+    text = ("order" * ((EXTRACT_CHUNK - 70) // 5) + '10.0.0.1:80"price": 55"order_id": "W12345"'
+            + "reservation UA-1234 " * 6)
+    guard = FactGuard()
+    items, _ = guard.first(text, lambda i: True, 10**9)
+    assert "55" in items
+    assert items == [_item(i) for i in guard.extract(text)]
