@@ -70,6 +70,12 @@ def shared_policy(history, strategy) -> CompactionPolicy:
     return CompactionPolicy(max_input_tokens=window_between(history[:-2], history), strategies=[strategy])
 
 
+def previous_request(model, history, messages=None, **settings) -> AgentRequest:
+    """The agent's previous request over `history` (default: all but its newest exchange's end), with the tool."""
+    sent = history[1:-2] if messages is None else messages
+    return AgentRequest(model=model, messages=sent, system=history[0], tools=(get_reservation,), **settings)
+
+
 def summary_of(messages) -> str:
     (message,) = [m for m in messages if is_summary(m)]
     return summary_text(message)
@@ -106,7 +112,7 @@ def test_the_summary_request_repeats_the_agents_request(server, mode):
 def test_another_summarizer_model_gets_the_transcript_prompt(server):
     history = lookups_history()
     agent_model = server.chat_model().model_copy(update={"model_name": "gpt-4o"})
-    agent = AgentRequest(model=agent_model, messages=history[1:-2], system=history[0], tools=(get_reservation,))
+    agent = previous_request(agent_model, history)
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
     window = window_between(history[:-2], history)
     result = compact(history[1:], CompactionPolicy(max_input_tokens=window,
@@ -121,11 +127,9 @@ def test_another_summarizer_model_gets_the_transcript_prompt(server):
 def test_a_request_that_did_not_hold_what_is_summarized_is_not_repeated(server):
     model = server.chat_model()
     history = lookups_history()
-    agent = AgentRequest(model=model, messages=history[-4:], system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history, history[-4:])
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
-    policy = CompactionPolicy(max_input_tokens=window_between(history[:-2], history),
-                              strategies=[Summarize(model=model)])
-    result = compact(history[1:], policy, agent_request=agent)
+    result = compact(history[1:], shared_policy(history, Summarize(model=model)), agent_request=agent)
     assert result.details["summary_request"] == "transcript"
     assert "tools" not in server.requests[0]
 
@@ -133,7 +137,7 @@ def test_a_request_that_did_not_hold_what_is_summarized_is_not_repeated(server):
 def test_sharing_off_gets_the_transcript_prompt(server):
     model = server.chat_model()
     history = lookups_history()
-    agent = AgentRequest(model=model, messages=history[1:-2], system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history)
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
     strategy = Summarize(model=model, share_agent_request=False)
     result = compact(history[1:], shared_policy(history, strategy), agent_request=agent)
@@ -144,7 +148,7 @@ def test_sharing_off_gets_the_transcript_prompt(server):
 def test_redact_applies_to_the_summary_of_a_shared_request(server):
     model = server.chat_model()
     history = lookups_history()
-    agent = AgentRequest(model=model, messages=history[1:-2], system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history)
     server.script = [("text", "Reservations RES000Q to RES010Q; the card on file is 4111-1111-1111-1111.")]
     strategy = Summarize(model=model, redact=lambda text: text.replace("4111-1111-1111-1111", "[card]"))
     result = compact(history[1:], shared_policy(history, strategy), agent_request=agent)
@@ -156,7 +160,7 @@ def test_redact_applies_to_the_summary_of_a_shared_request(server):
 def test_a_reply_that_calls_a_tool_is_no_summary(server):
     model = server.chat_model()
     history = lookups_history()
-    agent = AgentRequest(model=model, messages=history[1:-2], system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history)
     server.script = [("tool", ("get_reservation", {"reservation_id": "RES001Q"}))]
     strategy = Summarize(model=model, max_retries=0, fallback="ledger")
     result = compact(history[1:], shared_policy(history, strategy), agent_request=agent)
@@ -247,7 +251,7 @@ def test_a_request_over_the_window_with_the_instruction_is_not_repeated(server):
     policy = shared_policy(history, Summarize(model=model))
     counter = policy.counter
     assert counter.count_messages([*history, filler]) > policy.max_input_tokens  # over the window itself
-    agent = AgentRequest(model=model, messages=[*history[1:], filler], system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history, [*history[1:], filler])
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
     result = compact(history[1:], policy, agent_request=agent)
     assert result.details["summary_request"] == "transcript"
@@ -260,7 +264,7 @@ def test_an_edited_message_makes_the_transcript_prompt(server):
     history = lookups_history()
     sent = list(history[1:-2])
     sent[4] = sent[4].model_copy(update={"content": "Request 1: check reservation RES999Q (the old text)."})
-    agent = AgentRequest(model=model, messages=sent, system=history[0], tools=(get_reservation,))
+    agent = previous_request(model, history, sent)
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
     result = compact(history[1:], shared_policy(history, Summarize(model=model)), agent_request=agent)
     assert result.details["summary_request"] == "transcript"
@@ -270,8 +274,7 @@ def test_an_edited_message_makes_the_transcript_prompt(server):
 def test_a_forced_tool_choice_makes_the_transcript_prompt(server):
     model = server.chat_model()
     history = lookups_history()
-    agent = AgentRequest(model=model, messages=history[1:-2], system=history[0], tools=(get_reservation,),
-                         tool_choice="required")
+    agent = previous_request(model, history, tool_choice="required")
     assert not agent.answers_in_text()
     server.script = [("text", "The user checked reservations RES000Q to RES010Q.")]
     result = compact(history[1:], shared_policy(history, Summarize(model=model)), agent_request=agent)
