@@ -357,7 +357,7 @@ class Summarize:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
                 count = plan.counter.count_text
                 shared = self._shared_request(state, plan)
-                agent = shared[0] if shared is not None else None
+                agent, beside = (shared[0], shared[2]) if shared is not None else (None, 0)
                 state.details["summary_request"] = "transcript" if shared is None else "agent"
                 prompts = (summary_prompts(self._template, plan.messages, plan.previous_text,
                                            self.trim_tokens_to_summarize, count, redact=self.redact,
@@ -367,7 +367,7 @@ class Summarize:
                     prompt, cap = next(prompts)
                     while True:
                         plan.calls += 1
-                        sent = count(prompt) + (0 if agent is None else _tokens(state, agent))
+                        sent = count(prompt) + beside
                         plan.input_tokens = max(plan.input_tokens, sent)
                         reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
                                                                            min(plan.reply_cap, cap))
@@ -393,9 +393,10 @@ class Summarize:
         self._fold(state, plan.folds)
         return True
 
-    def _shared_request(self, state: LadderState, plan: _Plan) -> tuple[AgentRequest, str] | None:
-        """The agent's request a cache-sharing summary request repeats (`agent_request`) and the instruction
-        appended to it, or None for the transcript prompt: sharing is off, the front door gave no request
+    def _shared_request(self, state: LadderState, plan: _Plan) -> tuple[AgentRequest, str, int] | None:
+        """The agent's request a cache-sharing summary request repeats (`agent_request`), the instruction
+        appended to it and the request's own tokens (its messages, by the state's counter), or None for the
+        transcript prompt: sharing is off, the front door gave no request
         (`compact(agent_request=...)`), the summarizer is another model (`same_model`), the request did not hold
         every message replaced (or not side by side), or with the instruction it is over the window
         (`LadderState.window_tokens`, tokens)."""
@@ -409,9 +410,10 @@ class Summarize:
         first, last = (_opening(agent.messages[k], names) for k in (min(at), max(at)))
         instruction = shared_instruction(self._template, first, last, max(at) - min(at) + 1)
         window = state.window_tokens
-        if window is not None and _tokens(state, agent) + plan.counter.count_text(instruction) > window:
+        tokens = _tokens(state, agent)
+        if window is not None and tokens + plan.counter.count_text(instruction) > window:
             return None
-        return agent, instruction
+        return agent, instruction, tokens
 
     def _fold(self, state: LadderState, folds: list[list[str]]) -> None:
         """Fold each run of steps (given by their message ids: the summary moved the indices) into a progress
