@@ -877,6 +877,29 @@ def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
     return out
 
 
+LISTED_IDENTIFIER_CHARS = 300
+"""Bound of the identifiers a truncation note (by default) and the last resort's cut of a tool result list, in
+characters (the values and their `"; "` separators). Measured on the tool results of the shared traces that
+truncation takes (over `preview_chars` + 120 characters) with the default preview: the longest list a tau-bench
+airline result needed was 260 characters (median 110), so every one fits whole; AgentDojo's file listings and
+inboxes need up to 3,012 (median 108), where the bound keeps the note a small part of the result. The same bound as
+a progress note line's (`progress.FACTS_CHARS`)."""
+
+
+def identifiers_beyond(guard: FactGuard, text: str, shown: str, tool: str | None, max_chars: int) -> str:
+    """The identifiers of `text` that `shown` (what a note or a cut keeps of it) does not hold, in order, fenced and
+    attributed to `tool`, at most `max_chars` characters of them (`FactGuard.first`, with keys for a `keyed`
+    text), then "(+n more)", or "(+more)" when the list filled up before the end of the text; "" when there are
+    none. What a truncation note (`strategies.truncate`) and the last resort's cut of a tool result (`shorten`)
+    list of what they remove."""
+    in_shown = Presence(shown)
+    listed, left = guard.first(text, lambda i: i not in in_shown, max_chars, keys=keyed(text))
+    if not listed:
+        return ""
+    more = "" if left == 0 else " (+more)" if left is None else f" (+{left} more)"
+    return f"{fence(FACTS_SEPARATOR.join(listed), tool)}{more}"
+
+
 def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:
     """The name of the tool that returned `message`: its own `name`, else its call's (`tool_names`), else "tool"."""
     return message.name or names.get(id(message)) or names.get(message.tool_call_id) or "tool"

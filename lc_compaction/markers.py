@@ -233,6 +233,25 @@ def before_cut(text: str) -> str:
     return text[:cut].rstrip() if cut >= 0 else text
 
 
+CUT_IDENTIFIERS = "; identifiers in what was cut: "
+"""Put in the last resort's cut marker of a tool result before the fenced identifiers of the text it removed that
+the kept text does not hold (`shorten.shorten`'s `beyond`)."""
+
+
+def cut_listing(text: str) -> str:
+    """The identifiers the last resort's cut marker of `text` lists (`CUT_IDENTIFIERS`), unfenced and joined by
+    `FACTS_SEPARATOR`; "" when it lists none or `text` was not cut."""
+    cut = text.rfind(_CUT_LEAD)
+    at = text.find(CUT_IDENTIFIERS, cut) if cut >= 0 else -1
+    if at < 0:
+        return ""
+    spans = fenced_spans(text[at + len(CUT_IDENTIFIERS):])
+    if not spans:
+        return ""
+    start, end = spans[0]
+    return unfence(text[at + len(CUT_IDENTIFIERS) + start:at + len(CUT_IDENTIFIERS) + end])[1]
+
+
 def dropped_marker_facts(message: BaseMessage) -> str:
     """The lines after `DROPPED_TEXT` in a drop marker (its identifiers, `make_dropped_marker`'s `facts`); "" when
     it has none or is no marker. Of a marker the last resort cut, the whole lines before the cut."""

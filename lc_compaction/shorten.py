@@ -43,13 +43,17 @@ from lc_compaction._content import (
 )
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.dedup import content_sha256
+from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond, tool_names, tool_of
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import (
     ARGUMENT_CUT_MARKER,
+    CUT_IDENTIFIERS,
     ITEMS_CUT_KEY,
     ITEMS_CUT_MARKER,
     MARK_KEY,
     SHORTENED_MARKER,
+    before_cut,
+    cut_listing,
     is_shortened,
     is_summary,
     read_truncation_note,
@@ -85,12 +89,15 @@ def media_count(content: Any) -> int:
     return sum(1 for b in content if is_media(b))
 
 
-def _marker(removed: int, removed_blocks: Sequence[str], recall: str | None, what: str) -> str:
-    """The marker, on its own line: how many characters went, the media blocks removed, and with `recall` (the
-    original's store key) how to read the original back."""
+def _marker(removed: int, removed_blocks: Sequence[str], recall: str | None, what: str, listed: str = "") -> str:
+    """The marker, on its own line: how many characters went, the media blocks removed, the identifiers of the
+    text removed (`listed`: `markers.CUT_IDENTIFIERS` and them), and with `recall` (the original's store key) how
+    to read the original back."""
     note = SHORTENED_MARKER.format(removed=removed)
     if removed_blocks:
         note = note[:-1] + f"; removed: {', '.join(removed_blocks)}]"
+    if listed:
+        note = note[:-1] + f"{CUT_IDENTIFIERS}{listed}]"
     if recall is not None:
         note = note[:-1] + f" {recall_hint(recall, what)}]"
     return note
@@ -206,7 +213,8 @@ def _with_block_args(block: dict[str, Any], args: Any) -> dict[str, Any]:
 
 
 def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False,
-            args_fraction: float | None = None, recall: str | None = None) -> BaseMessage:
+            args_fraction: float | None = None, recall: str | None = None,
+            beyond: Callable[[str, str], str] | None = None) -> BaseMessage:
     """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
 
     Args:
@@ -218,6 +226,9 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
             (`cut_arguments`; the cut is marked inside them); None (default) leaves them whole.
         recall: the store key of the original when it is offloaded (`LadderState.recall_key`): the marker says
             how to recall it.
+        beyond: `beyond(text, kept)` -> the identifiers of the text removed to list in the marker (fenced:
+            `facts.identifiers_beyond`), given the whole text and the text kept (block texts joined by newlines);
+            None or with `recall` (the recall gives them back): none listed.
 
     The content gets its marker when something of it was removed; `response_metadata["lc_compaction"]` says what
     was cut (`original_chars` of text, `removed_blocks`, `cut_tool_calls` ids and `removed_argument_chars`).
@@ -232,9 +243,11 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         update, cut_ids, removed_args = _cut_calls(message, args_fraction)
         content = update.get("content", content)
     what = "result" if message.type == "tool" else "message"
+    list_for = beyond if recall is None else None
     if isinstance(content, str):
         removed = max(len(content) - keep_chars, 0)
-        new_content: Any = content[:keep_chars] + (_marker(removed, (), recall, what)
+        listed = list_for(content, content[:keep_chars]) if list_for is not None and removed else ""
+        new_content: Any = content[:keep_chars] + (_marker(removed, (), recall, what, listed)
                                                    if removed or not cut_ids or recall is not None else "")
     else:
         out: list[Any] = []
@@ -262,7 +275,12 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         kept = keep_chars - budget
         removed = max(original - kept, 0)
         if removed or removed_blocks or not cut_ids or recall is not None:
-            marker = _marker(removed, removed_blocks, recall, what).strip()
+            listed = ""
+            if list_for is not None and removed:
+                texts = [t for t in (block_text(b) for b in content) if t is not None]
+                kept_texts = [t for t in (block_text(b) for b in out) if t is not None]
+                listed = list_for("\n".join(texts), "\n".join(kept_texts))
+            marker = _marker(removed, removed_blocks, recall, what, listed).strip()
             if paired:
                 out[paired[0]] = with_block_text(out[paired[0]], marker)
             else:
@@ -390,6 +408,28 @@ def _cut_text(state: LadderState, i: int) -> None:
                              "characters), its tool calls kept")
 
 
+_GUARD = FactGuard()
+"""The fact guard that reads what a cut removes from a tool result (the default guard, as a truncation note's)."""
+
+
+def _beyond(state: LadderState, message: BaseMessage, want: int) -> Callable[[str, str], str] | None:
+    """`shorten`'s `beyond` for a cut of `message`: of a tool result, the identifiers of the text removed that the
+    text kept does not hold, attributed to its tool (`facts.identifiers_beyond`), so that a result cut to fit the
+    window keeps its ids as a truncation note does; None for any other message. At most `LISTED_IDENTIFIER_CHARS`
+    characters of them, and at most `want` (the tokens the cut may cost, as characters: about a third of them at
+    three to four characters a token, so the kept text keeps most of the room in a small window). Of a text cut
+    before, what is left of it and what its marker listed (`markers.cut_listing`)."""
+    if kind(message) != TOOL:
+        return None
+    tool = tool_of(message, tool_names(state.messages))  # type: ignore[arg-type]
+
+    def beyond(text: str, kept: str) -> str:
+        listed = cut_listing(text)
+        original = before_cut(text) + (f"\n{listed}" if listed else "")
+        return identifiers_beyond(_GUARD, original, kept, tool, min(LISTED_IDENTIFIER_CHARS, want))
+    return beyond
+
+
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
     counter = state.counter
@@ -400,10 +440,11 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     # text first, in proportion to the tokens to shed; then the media blocks one by one (oldest first), each
     # time keeping all the text first
     media = media_count(message.content)
+    beyond = _beyond(state, message, want)
     for dropped in range(media + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=dropped, recall=recall)
+            candidate = shorten(message, keep, drop_media=dropped, recall=recall, beyond=beyond)
             if counter.count_message(candidate) <= want:
                 best = candidate
                 break

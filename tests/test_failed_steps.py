@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from lc_compaction import CompactionPolicy, Summarize, TruncateToolResults, compact
+from lc_compaction._content import _EXIT_CODE, failure_in_text
 from lc_compaction.markers import MARK_KEY, is_shortened, outside_fences, read_truncation_note
 from lc_compaction.progress import _terse_line, call_line, note_lines, terse_note, with_note
 from lc_compaction.facts import FactGuard
@@ -156,3 +157,19 @@ def test_every_note_line_of_a_failed_call_says_so_under_any_pressure(loop, windo
             mark = m.response_metadata.get(MARK_KEY) or {}
             assert (note is not None and note.failure) or mark.get("failure") or m.content == msgs[
                 2 + 2 * int(m.tool_call_id[1:]) + 1].content, m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["exit", "EXıT", "exİt", "ReTuRn", "return", "code", "status", "_", "-", " ", ":",
+                                 "=", "is", "of", '"', "2", "0", "-1", "with", "ed", "x", "\n", "é", "ſ"]),
+                max_size=30))
+def test_the_exit_code_prefilter_answers_as_the_expression(parts):
+    """`failure_in_text` reads an exit code only where the text holds "exit" or "return" (any case): it finds one
+    exactly where `_EXIT_CODE` alone does, non-ASCII case partners included."""
+    text = "".join(parts)
+    codes = _EXIT_CODE.findall(text)
+    found = failure_in_text(text)
+    if codes and int(codes[-1]) != 0:
+        assert found == f"exit code {int(codes[-1])}"
+    else:
+        assert found is None or not found.startswith("exit code")

@@ -4,13 +4,22 @@ and the marker and the result say what went."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_openai.chat_models.base import _convert_message_to_dict
 
-from lc_compaction import CompactionPolicy, compact
-from lc_compaction.markers import MARK_KEY
-from lc_compaction.shorten import shorten, text_length
+from lc_compaction import CompactionPolicy, TruncateToolResults, compact
+from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond
+from lc_compaction.markers import (ARGUMENT_CUT_MARKER, CUT_IDENTIFIERS, ITEMS_CUT_KEY, MARK_KEY, cut_listing,
+                                   is_shortened)
+from lc_compaction.shorten import MIN_ARGUMENT_CHARS_TO_CUT, cut_arguments, shorten, text_length
+from lc_compaction.structure import check_invariants
+from tests.oracle.generators import JSON_VALUES, texts
 
 
 def png_b64(width: int, height: int) -> str:
@@ -75,19 +84,6 @@ def test_media_blocks_go_one_at_a_time_oldest_first():
 # ------------------------------------------------------------------------------------------------ tool-call arguments
 # (issue 12, item 6): when nothing else fits, the last resort cuts tool-call arguments too; they stay a JSON object
 # that ChatOpenAI sends as it sends any call, and the cut is marked.
-
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from langchain_core.messages import ToolMessage  # noqa: E402
-from langchain_openai.chat_models.base import _convert_message_to_dict  # noqa: E402
-
-from lc_compaction.markers import ARGUMENT_CUT_MARKER, ITEMS_CUT_KEY  # noqa: E402
-from lc_compaction.shorten import MIN_ARGUMENT_CHARS_TO_CUT, cut_arguments  # noqa: E402
-from lc_compaction.structure import check_invariants  # noqa: E402
-from tests.oracle.generators import JSON_VALUES, texts  # noqa: E402
 
 CODE = "def handler(event):\n    return {'status': 200, 'body': event}\n" * 2500  # about 40,000 tokens
 
@@ -194,3 +190,57 @@ def test_a_single_oversized_call_always_fits_once_cut(size, window, blocks, coun
     out = result.messages[2]
     assert sent_arguments(out) == [out.tool_calls[0]["args"]]
     assert check_invariants(result.messages) == []
+
+
+def _listing_history(rows: int) -> tuple[list, list[str]]:
+    """A request, a `search_flights` call and its JSON result of `rows` flights (distinct flight numbers, the
+    later ones far past any cut of a small window); the flight numbers, in order."""
+    flights = [f"HAT{100 + k * 3}" for k in range(rows)]
+    listing = json.dumps([{"flight_number": f, "origin": "ATL", "destination": "PHL", "status": "available",
+                           "prices": {"economy": 100 + k}} for k, f in enumerate(flights)])
+    history = [SystemMessage("You book flights.", id="sys"), HumanMessage("Find me a flight to PHL", id="h0"),
+               AIMessage("", id="a0", tool_calls=[{"name": "search_flights", "args": {"to": "PHL"}, "id": "c0",
+                                                   "type": "tool_call"}]),
+               ToolMessage(listing, tool_call_id="c0", id="t0")]
+    return history, flights
+
+
+def test_a_tool_result_cut_to_fit_lists_the_identifiers_of_what_it_removed():
+    """The latest result, too large for the window, is cut by the last resort: the flight numbers its kept text
+    lost are listed in the cut marker (fenced, attributed to the tool), within the bound and the budget."""
+    history, flights = _listing_history(120)
+    policy = CompactionPolicy(max_input_tokens=2_000)
+    result = compact(history, policy)
+    assert result.fits
+    out = next(m for m in result.messages if m.id == "t0")
+    assert is_shortened(out)
+    kept, marker = out.content.split("\n[... cut by lc-compaction", 1)
+    gone = [f for f in flights if f not in kept]
+    assert gone and CUT_IDENTIFIERS in marker
+    listed = cut_listing(out.content)
+    assert listed and marker.count("<untrusted_tool_data>search_flights: ") == 1
+    named = [f for f in gone if f in listed.split("; ")]
+    assert named == gone[:len(named)] and len(named) >= 5  # the first ones removed, in order
+    assert len(listed) <= LISTED_IDENTIFIER_CHARS
+
+
+def test_a_cut_results_listed_identifiers_survive_its_later_truncation():
+    """Once the cut result is old, truncation replaces it with a note: the identifiers the cut marker listed are
+    read as the result's own (`markers.cut_listing`), not lost with the marker, and the note keeps them."""
+    history, flights = _listing_history(120)
+    guard = FactGuard()
+    cut = shorten(history[-1], 150,
+                  beyond=lambda text, kept: identifiers_beyond(guard, text, kept, "search_flights", 300))
+    kept = cut.content.split("\n[... cut by")[0]
+    listed = [f for f in cut_listing(cut.content).split("; ") if f in flights and f not in kept]
+    assert listed
+    note = TruncateToolResults().note(cut)
+    assert listed[0] in note and "cut by" not in note.split("identifiers beyond the preview")[1]
+
+
+def test_a_cut_with_offload_lists_no_identifiers_the_recall_gives_them_back():
+    """With a recall key the marker says how to read the original back and lists nothing (as a truncation note)."""
+    history, _ = _listing_history(120)
+    cut = shorten(history[-1], 200, recall="k1", beyond=lambda text, kept: "<untrusted_tool_data>t: X</...>")
+    assert CUT_IDENTIFIERS not in cut.content
+    assert CUT_IDENTIFIERS in shorten(history[-1], 200, beyond=lambda text, kept: "X").content

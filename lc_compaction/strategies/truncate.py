@@ -38,28 +38,23 @@ from lc_compaction.markers import (
     NOTE_PREVIEW,
     TRUNCATION_PREFIX,
     before_cut,
-    fence,
+    cut_listing,
     is_shortened,
     is_truncated,
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction.facts import (
-    FACTS_SEPARATOR,
+    LISTED_IDENTIFIER_CHARS,
     FactGuard,
-    Presence,
     fact_guard_of,
-    keyed,
+    identifiers_beyond,
     tool_names,
     tool_of,
 )
 
-DEFAULT_NOTE_IDENTIFIER_CHARS = 300
-"""Default bound of the identifiers a truncation note lists, in characters (the values and their `"; "`
-separators). Measured on the tool results of the shared traces that truncation takes (over `preview_chars` + 120
-characters) with the default preview: the longest list a tau-bench airline result needed was 260 characters
-(median 110), so every one fits whole; AgentDojo's file listings and inboxes need up to 3,012 (median 108), where
-the bound keeps the note a small part of the result. The same bound as a progress note line's
-(`progress.FACTS_CHARS`)."""
+DEFAULT_NOTE_IDENTIFIER_CHARS = LISTED_IDENTIFIER_CHARS
+"""Default bound of the identifiers a truncation note lists, in characters (`facts.LISTED_IDENTIFIER_CHARS`: the
+values and their `"; "` separators; its docstring says how it was measured)."""
 
 
 @dataclass
@@ -124,19 +119,15 @@ class TruncateToolResults(SyncStrategy):
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
-        does not hold, in order, fenced and attributed to `tool`, at most `max_identifier_chars` characters of
-        them (then "(+n more)", or "(+more)" when the list filled up before the end of the text: `FactGuard.first` reads
-        only as much of it as the list needs); "" when there are none or the guard is off."""
+        does not hold (`facts.identifiers_beyond`: in order, fenced and attributed to `tool`, at most
+        `max_identifier_chars` characters of them); "" when there are none or the guard is off. Of a text the
+        last resort cut, what is left of it and what its cut marker lists (`markers.cut_listing`)."""
         if self._guard is None or not self.max_identifier_chars:
             return ""
-        in_preview = Presence(preview)
-        original = before_cut(text)
-        shown, left = self._guard.first(original, lambda i: i not in in_preview, self.max_identifier_chars,
-                                        keys=keyed(original))
-        if not shown:
-            return ""
-        more = "" if left == 0 else " (+more)" if left is None else f" (+{left} more)"
-        return f"{NOTE_IDENTIFIERS}{fence(FACTS_SEPARATOR.join(shown), tool)}{more}"
+        listed = cut_listing(text)
+        original = before_cut(text) + (f"\n{listed}" if listed else "")
+        part = identifiers_beyond(self._guard, original, preview, tool, self.max_identifier_chars)
+        return f"{NOTE_IDENTIFIERS}{part}" if part else ""
 
     def truncated(self, message: ToolMessage, *, recall: str | None = None, tool: str | None = None) -> ToolMessage:
         """A copy of `message` with the note as content and the truncation mark (same id, tool_call_id); with
