@@ -101,7 +101,18 @@ class Presence:
         value = identifier if type(identifier) is str else _value(identifier)
         if not value.isascii() or "\n" in value:
             return _presence_re(value).search(self.text()) is not None
-        return next(self._places(value.lower()), None) is not None
+        value = value.lower()
+        if value.isalnum() and self._sizes >= _WORDS_FROM:  # one run: there exactly when it is a run of the text
+            return value in self._word_set()
+        return next(self._places(value), None) is not None
+
+    def _word_set(self) -> set[str]:
+        """The runs of the text (folded), collected for the lines added since the last call."""
+        words = self._words
+        for c in range(self._worded, len(self._folded)):
+            words.update(_RUN.findall(self._folded[c]))
+        self._worded = len(self._folded)
+        return words
 
     def spans(self, identifier: Any) -> list[tuple[int, int]]:
         """The (start, end) spans of the identifier in `text()`, left to right and not overlapping (what
@@ -127,11 +138,7 @@ class Presence:
                 yield from self._indexed_places(value, runs)
                 return
         if self._sizes >= _WORDS_FROM:  # a run of the value that is no word of the text: not there at all
-            words = self._words
-            for c in range(self._worded, len(self._folded)):
-                words.update(_RUN.findall(self._folded[c]))
-            self._worded = len(self._folded)
-            if not words.issuperset(_RUN.findall(value)):
+            if not self._word_set().issuperset(_RUN.findall(value)):
                 return
         for c, line in enumerate(self._folded):
             self._read += len(line)

@@ -306,6 +306,15 @@ class Identifier:
     source: str | None = None
     key: str | None = None
 
+    def with_source(self, source: str | None) -> Identifier:
+        """The same identifier from `source` (what `dataclasses.replace` gives, built directly: a guard makes
+        thousands of them in one compaction of identifier-dense results)."""
+        return Identifier(self.value, self.kind, source, self.key)
+
+    def with_key(self, key: str | None) -> Identifier:
+        """The same identifier as the value of the field `key` (see `with_source`)."""
+        return Identifier(self.value, self.kind, self.source, key)
+
 
 @dataclass
 class GuardResult:
@@ -619,18 +628,25 @@ class FactGuard:
                     found = [(start, ident) for start, ident in found if start < late]
                     # the next chunk starts EDGE_CHARS before it: its context too (a key before its value)
                     floor, end = at + late, at + (late - EDGE_CHARS if late > EDGE_CHARS else late)
-            if keys:
-                found, last = _with_keys(chunk, found, last)
-            for _, ident in found:
+            keyer = _Keys(chunk, last) if keys else None
+            for start, ident in found:
                 key = ident.value.casefold()
-                if key in seen or not keep(ident):
+                if key in seen:
+                    continue
+                if keyer is not None:
+                    ident = keyer.of(start, ident)
+                if not keep(ident):
                     continue
                 seen.add(key)
                 size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
                 if more or size > max_chars:
                     more += 1
+                    if end < len(text):  # full, and the text goes on: how many more is not counted (None)
+                        break
                 else:
                     shown.append(ident)
+            if keyer is not None:
+                last = keyer.last
             at = end
             if more and at < len(text):
                 return _items(shown, max_chars), None
@@ -731,7 +747,7 @@ class FactGuard:
             found.extend(self._fenced(body))
             trusted.append(outside_fences(body))
         elif isinstance(m, ToolMessage):
-            found.extend(replace(i, source=tool) for i in self.extract_result(m))
+            found.extend(i.with_source(tool) for i in self.extract_result(m))
         elif isinstance(m, (HumanMessage, SystemMessage)):
             trusted.append(message_text(m))
             found.extend(self.extract(message_text(m)))
@@ -759,7 +775,7 @@ class FactGuard:
         out = []
         for start, ident in self._found(text):
             tool = next((fence_label(text[a:b]) or "tool" for a, b in spans if a <= start < b), None)
-            out.append(replace(ident, source=tool))
+            out.append(ident.with_source(tool))
         return out
 
     # ------------------------------------------------------------------ the guard
@@ -921,7 +937,7 @@ def trust(identifiers: Sequence[Identifier], messages: Iterable[BaseMessage]) ->
     """`identifiers` with no `source` for those that `trusted_text(messages)` contains (the user said them
     somewhere in the history, e.g. in a request the summary does not replace)."""
     said = trusted_text(messages)
-    return [replace(i, source=None) if i.source is not None and contains(said, i) else i for i in identifiers]
+    return [i.with_source(None) if i.source is not None and contains(said, i) else i for i in identifiers]
 
 
 def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
@@ -939,8 +955,29 @@ def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
         source = tool.get(key)
         if source is not None and trusted and contains(trusted, i):
             source = None
-        out.append(i if i.source == source else replace(i, source=source))
+        out.append(i if i.source == source else i.with_source(source))
     return out
+
+
+class _Keys:
+    """The keys of one text (`_KEYS`, searched once), for identifiers asked about one at a time by their start:
+    `of(start, ident)` is what `_with_keys` gives it, and `last` the text's last key (or the one before it)."""
+
+    __slots__ = ("_spans", "_ends", "_before", "last")
+
+    def __init__(self, text: str, before: str | None):
+        self._spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+        self._ends = [e for _, e, _ in self._spans]
+        self._before = before
+        self.last = self._spans[-1][2] if self._spans else before
+
+    def of(self, start: int, ident: Identifier) -> Identifier:
+        spans = self._spans
+        k = bisect.bisect_right(self._ends, start)
+        if k < len(spans) and spans[k][0] <= start:
+            return ident  # inside the next key: the identifier is a key
+        key = spans[k - 1][2] if k else self._before
+        return ident.with_key(key.strip()) if key and key.strip() else ident
 
 
 def _with_keys(text: str, found: Sequence[tuple[int, Identifier]], last: str | None = None
@@ -949,17 +986,8 @@ def _with_keys(text: str, found: Sequence[tuple[int, Identifier]], last: str | N
     (`_KEYS`) before it, `last` (the key before `text`, for a text read in chunks) when there is none; an
     identifier that is itself a key (`{"HAT170": {...}}`) gets none. Returns them and the last key of `text` (or
     `last`). One search of `text` for its keys, then a bisection per identifier."""
-    spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
-    ends = [e for _, e, _ in spans]
-    out: list[tuple[int, Identifier]] = []
-    for start, ident in found:
-        k = bisect.bisect_right(ends, start)
-        if k < len(spans) and spans[k][0] <= start:
-            key = None  # inside the next key: the identifier is a key
-        else:
-            key = spans[k - 1][2] if k else last
-        out.append((start, replace(ident, key=key.strip()) if key and key.strip() else ident))
-    return out, (spans[-1][2] if spans else last)
+    keyer = _Keys(text, last)
+    return [(start, keyer.of(start, ident)) for start, ident in found], keyer.last
 
 
 def _distinct(items: Iterable[Identifier]) -> list[Identifier]:

@@ -1,0 +1,56 @@
+"""A truncation note's preview reads a JSON result as `json` does, whichever parser reads it first
+(`_preview._json`: orjson, then `json` for what orjson refuses)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lc_compaction._preview import _json, preview
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=20)
+
+
+def _same(a, b) -> bool:
+    """Equal as JSON values, NaN equal to NaN, and of the same types (1 is not 1.0, True is not 1)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _reference(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON, st.integers(min_value=0, max_value=40), st.booleans())
+def test_a_json_text_is_read_as_json_reads_it(value, cut, indent):
+    """A JSON text (NaN, infinities and integers over 64 bits included), whole or cut short, parses to what
+    `json.loads` gives, or to None where it raises."""
+    text = json.dumps(value, indent=2 if indent else None)
+    for t in (text, text[:max(0, len(text) - cut)]):
+        assert _same(_json(t), _reference(t))
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', "[Infinity, -Infinity]", f"[{2**80}]", '{"a": 1, "a": 2}',
+                                  '[{"x": "\\ud800"}]', "[1.5e400]", "[{'a': 1}]", '{"a": 1} trailing', "[1,]"])
+def test_the_edges_where_the_parsers_differ_are_json_s(text):
+    assert _same(_json(text), _reference(text))
+    assert preview(text, 8) == preview(text, 8)  # deterministic either way
