@@ -16,6 +16,7 @@ from lc_compaction import (
     is_truncated,
     pin_message,
 )
+import lc_compaction.strategies.truncate as truncate_module
 from lc_compaction.markers import SHORTENED_MARKER, TRUNCATION_PREFIX, is_dropped_marker
 from lc_compaction.structure import check_invariants
 from tests.builders import ai_call, conversation, history, lookups, tool_result, tool_turn
@@ -358,3 +359,23 @@ def test_a_compaction_never_returns_a_history_larger_than_its_input():
 def test_an_item_that_is_no_message_is_named_by_its_index(bad):
     with pytest.raises(ValueError, match=r"^messages\[1\]: could not convert this "):
         compact([HumanMessage("hi"), bad, ("user", "again")], CompactionPolicy(max_input_tokens=4000))
+
+
+def test_a_truncation_note_is_remembered_per_result_and_setting(monkeypatch):
+    """`TruncateToolResults.note` remembers its notes: the same result (text, tool, status) gives the same note
+    without being read again; a result that differs only in its status gets its own note (a failure says so),
+    and the cache is bounded (cleared when full)."""
+    strategy = TruncateToolResults()
+    body = "x" * 2_000
+    ok = ToolMessage(body, tool_call_id="c1", name="run")
+    failed = ToolMessage(body, tool_call_id="c2", name="run", status="error")
+    first = strategy.note(ok)
+    reads = []
+    monkeypatch.setattr(truncate_module, "preview", lambda text, n: reads.append(text) or text[:n])
+    assert strategy.note(ok.model_copy()) == first and not reads  # remembered: not read again
+    failed_note = strategy.note(failed)
+    assert reads and "error" in failed_note and failed_note != first
+    monkeypatch.setattr(truncate_module, "NOTE_CACHE", 2)
+    for k in range(3):
+        strategy.note(ToolMessage(f"{k}" * 500, tool_call_id=f"d{k}", name="run"))
+    assert len(strategy._notes) <= 2

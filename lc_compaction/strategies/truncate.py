@@ -57,6 +57,15 @@ DEFAULT_NOTE_IDENTIFIER_CHARS = LISTED_IDENTIFIER_CHARS
 values and their `"; "` separators; its docstring says how it was measured)."""
 
 
+NOTE_CACHE = 1024
+"""Notes a `TruncateToolResults` remembers (by the result's text, tool, recall key and status): the view mode
+compacts the same originals at every call, and a note costs a read of its whole result."""
+NOTE_CACHE_CHARS = 8_000_000
+"""Characters of the results whose notes are remembered at most (the texts are the history's own strings, held
+by the cache key: the bound keeps it from holding a history's worth of results after the history is gone); the
+same bound as the fact guard's extraction cache (`facts._EXTRACT_CACHE_CHARS`)."""
+
+
 @dataclass
 class TruncateToolResults(SyncStrategy):
     """Replace old tool results with a one-line note.
@@ -85,6 +94,8 @@ class TruncateToolResults(SyncStrategy):
     max_identifier_chars: int = DEFAULT_NOTE_IDENTIFIER_CHARS
     name: str = "truncate_tool_results"
     _guard: FactGuard | None = field(init=False, repr=False, compare=False, default=None)
+    _notes: dict[tuple[Any, ...], str] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _notes_chars: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         if self.keep < 0:
@@ -102,10 +113,24 @@ class TruncateToolResults(SyncStrategy):
         the size (`, error (exit code 2)`: `_content.tool_failure`), so it never reads like a success; with
         `recall` (the original's store key, offload on), it ends with how to get the original back
         (`lc_compaction.offload.recall_hint`) and lists no identifiers (the recall gives them back, verbatim and
-        with their context). It depends only on these: the same result gives the same note."""
+        with their context). It depends only on these: the same result gives the same note, remembered for the
+        last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a history compacted again
+        from its originals (the view mode of the front doors, a restarted worker) does not read them again."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
+        key = (text, tool, recall, getattr(message, "status", None), self.preview_chars, self.max_identifier_chars)
+        note = self._notes.get(key)
+        if note is None:
+            note = self._note(message, text, recall, tool)
+            if len(self._notes) >= NOTE_CACHE or self._notes_chars + len(text) > NOTE_CACHE_CHARS:
+                self._notes.clear()
+                self._notes_chars = 0
+            self._notes[key] = note
+            self._notes_chars += len(text)
+        return note
+
+    def _note(self, message: ToolMessage, text: str, recall: str | None, tool: str | None) -> str:
         shown = preview(text, self.preview_chars)
         source = f" from {tool}" if tool else ""
         lines = line_count(text)
