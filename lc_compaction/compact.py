@@ -46,6 +46,7 @@ The ladder, in order:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, detail, duplicates
-from lc_compaction.ladder import Action, LadderState, Slot, Strategy, SyncStrategy, protect
+from lc_compaction.ladder import Action, AheadStrategy, LadderState, Slot, Strategy, SyncStrategy, protect
 from lc_compaction.markers import is_dropped_marker
 from lc_compaction.offload import (
     OffloadKeys,
@@ -80,6 +81,8 @@ from lc_compaction.shorten import last_resort
 from lc_compaction.strategies.drop import leave_out_marker
 from lc_compaction.tokens import MessageCounter, StructuredCounter
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
+
+logger = logging.getLogger(__name__)
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
@@ -425,6 +428,39 @@ class _Compaction:
             return self.arrival_edits_only()
         return None
 
+    def ahead(self, result: CompactionResult, run: str, agent_request: AgentRequest | None) -> CompactionResult:
+        """Summaries ahead of time: on a call that did not trigger, each strategy with an `ahead_at`
+        (`ladder.AheadStrategy`: `Summarize`) that the history is above is asked whether to start its
+        background work (`ahead_wanted`: cheap), and if so is given the ladder's state as a triggered soft pass
+        would see it (`prepare`, `share`: O(history), once per job) to start it ("thread" for `compact`, "task"
+        for `acompact`). Its report goes to `result.details["ahead"]`. Nothing here raises into the call: a
+        history that cannot be prepared (broken, without a repair decision) starts no job (logged, reported)."""
+        if result.triggered or not any(isinstance(s, AheadStrategy) and s.ahead_at is not None
+                                       for s in self.policy.strategies or ()):
+            return result
+        for s in self.policy.strategies or ():
+            if not isinstance(s, AheadStrategy) or s.ahead_at is None:
+                continue
+            if not self.policy.is_ahead(s.ahead_at, result.tokens_after, result.messages_after):
+                continue
+            wanted, report = s.ahead_wanted(result.messages)
+            if wanted:
+                try:
+                    if self.state is None:
+                        self.prepare()
+                        self.share(agent_request)
+                    assert self.state is not None  # set by prepare()
+                    started = s.start_ahead(self.state, run)
+                except Exception as exc:  # noqa: BLE001 - work ahead of time never fails the call
+                    logger.warning("lc-compaction: %s could not start its work ahead of time: %s: %s", s.name,
+                                   type(exc).__name__, exc)
+                    started = {"status": "not_started", "error": f"{type(exc).__name__}: {exc}"}
+                if started is not None:
+                    report = {**started, "previous": report} if report else started
+            if report:
+                result.details["ahead"] = report
+        return result
+
     def run(self, agent_request: AgentRequest | None) -> CompactionResult:
         """Prepare the state, apply the ladder's strategies (`apply`), the last resort if still over the budget,
         and finish."""
@@ -563,7 +599,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     quick = compaction.without_ladder()
     if quick is not None:
-        return quick
+        return compaction.ahead(quick, "thread", agent_request)
     return compaction.run(agent_request)
 
 
@@ -581,7 +617,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     quick = compaction.without_ladder()
     if quick is not None:
-        return quick
+        return compaction.ahead(quick, "task", agent_request)
     if all(isinstance(s, SyncStrategy) for s in compaction.policy.strategies or ()):
         return await asyncio.to_thread(compaction.run, agent_request)
     compaction.prepare()
