@@ -587,7 +587,11 @@ class Summarize:
         swap.calls, swap.input_tokens = job.calls, job.input_tokens
         state.details.update(job.report)
         text, _ = cut_to_tokens(job.text, swap.reply_cap, swap.counter.count_text)
+        done = len(state.actions)
         self._commit(state, swap, text, None)
+        if len(state.actions) == done:  # not put in (no smaller than what it replaces): compact inline
+            info["status"] = "not_smaller"
+            return False
         self._fold(state, place.folds)
         info["status"] = "used"
         info["kept_after"] = len(plan.replaced) - n
