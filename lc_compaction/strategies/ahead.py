@@ -52,11 +52,12 @@ Fingerprint = tuple[str, str]
 
 
 def fingerprint(message: BaseMessage) -> Fingerprint:
-    """The message's id and a hash (blake2b, 16 bytes, hex) of what a model reads of it: its type, name,
-    content, tool calls (name, args, id) and tool_call_id. Metadata (`response_metadata`, usage) is left out,
-    so a history loaded again from a checkpoint has the same fingerprints."""
+    """The message's id and a hash (blake2b, 16 bytes, hex) of what a model and compaction read of it: its type,
+    name, content, tool calls (name, args, id), tool_call_id and `additional_kwargs` (where the marks are). The
+    response metadata (usage, finish reason) is left out."""
     calls = [[c.get("name"), c.get("args"), c.get("id")] for c in getattr(message, "tool_calls", None) or []]
-    body = [message.type, message.name, message.content, calls, getattr(message, "tool_call_id", None)]
+    body = [message.type, message.name, message.content, calls, getattr(message, "tool_call_id", None),
+            message.additional_kwargs]
     digest = hashlib.blake2b(json.dumps(body, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
     return message.id or "", digest
 
@@ -91,6 +92,7 @@ class AheadJob:
     report: dict[str, Any] = field(default_factory=dict)
     calls: int = 0
     input_tokens: int = 0
+    identifiers: Any = None  # what the fact guard extracts from the messages read (`FactGuard.extract_messages`)
     handle: Any = None  # the thread or the task (a task must be referenced to stay alive)
 
     def in_place(self, messages: Sequence[BaseMessage]) -> bool:

@@ -359,13 +359,13 @@ class Summarize:
         """Plan, yield each model call (`summary_prompts`) and receive its text, then commit the summary (the
         ledger when there is no model, or per `fallback` when the model failed) and the folds the plan holds.
         Returns False when the model failed and the history was left as it is."""
+        if self.ahead_at is not None and self._swap_ahead(state):  # a summary written ahead of time
+            return True
         plan = self._plan(state)
         if plan is None:
             return True
         if not plan.messages:  # only steps that no summary can stand in for: fold them, no model call
             self._fold(state, plan.folds)
-            return True
-        if self.ahead_at is not None and self._swap_ahead(state, plan):  # a summary written ahead of time
             return True
         text, failure, reason = None, None, None
         if self._call is not None:
@@ -534,15 +534,18 @@ class Summarize:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         steps = self._model_text(state, plan, deadline, job.report)
 
-        def work() -> str:
-            text = drive(steps, call.invoke)
+        read = [state.slots[i].message for i in plan.replaced]
+
+        def finish(text: str) -> str:  # the guard's extraction too, off the compacting call's path
             job.calls, job.input_tokens = plan.calls, plan.input_tokens
+            job.identifiers = self._guard.extract_messages(read)
             return text
 
+        def work() -> str:
+            return finish(drive(steps, call.invoke))
+
         async def awork() -> str:
-            text = await adrive(steps, call.ainvoke)
-            job.calls, job.input_tokens = plan.calls, plan.input_tokens
-            return text
+            return finish(await adrive(steps, call.ainvoke))
 
         self._ahead.put(job)
         start(job, run, work, awork, self._ahead_failed)
@@ -559,13 +562,14 @@ class Summarize:
         logger.warning("lc-compaction: the background summary failed (the next compaction is inline): %s", text)
         return text
 
-    def _swap_ahead(self, state: LadderState, plan: _Plan) -> bool:
+    def _swap_ahead(self, state: LadderState) -> bool:
         """Put in the summary this history's background job wrote, in place of exactly the messages it read,
-        when they start what `plan` replaces, unchanged (`AheadJob.matches`), and a place for them alone keeps
-        the roles alternating: through `_commit` (the provenance and fact guards, the cap of the room left now),
-        everything after them kept as it is. Returns False (compact inline) when there is no job, it is not
-        ready (a running task is cancelled: its summary would never be used), or its part changed. The job is
-        taken out either way; `details["ahead"]` says what became of it."""
+        when they start what the pass would replace (`_where`), unchanged (`AheadJob.matches`), and a place for
+        them alone keeps the roles alternating: through `_commit` (the provenance and fact guards, the cap of the
+        room left now), everything after them kept as it is. Returns False (compact inline) when there is no
+        job, it is not ready (a running task is cancelled: its summary would never be used), its part changed,
+        or its summary would not be smaller than what it replaces. The job is taken out either way;
+        `details["ahead"]` says what became of it."""
         job = self._ahead.pop(scope(state.messages))
         if job is None:
             return False
@@ -573,17 +577,18 @@ class Summarize:
         if info["status"] != "ready" or job.text is None:
             _cancel(job)
             return False
+        where = self._where(state)
         n = len(job.covered)
-        covered = plan.replaced[:n]
-        if not job.matches(state.messages, plan.replaced):
+        if where is None or where.at is None or not job.matches(state.messages, where.replaced):
             info["status"] = "changed"
             return False
+        covered = where.replaced[:n]
         place = self._place(state, covered)
         evicted = [i for i in covered if not is_summary(state.slots[i].message)]
         if place.at is None or place.replaced != covered or not evicted:
             info["status"] = "no_place"
             return False
-        swap = self._plan_at(state, place, evicted)
+        swap = self._plan_at(state, place, evicted, job.identifiers)
         swap.calls, swap.input_tokens = job.calls, job.input_tokens
         state.details.update(job.report)
         text, _ = cut_to_tokens(job.text, swap.reply_cap, swap.counter.count_text)
@@ -594,7 +599,7 @@ class Summarize:
             return False
         self._fold(state, place.folds)
         info["status"] = "used"
-        info["kept_after"] = len(plan.replaced) - n
+        info["kept_after"] = len(where.replaced) - n
         return True
 
     # ------------------------------------------------------------------ planning
@@ -644,17 +649,24 @@ class Summarize:
             i = st.end
         return i == indices[-1] + 1
 
+    def _where(self, state: LadderState) -> _Place | None:
+        """Where a summary of everything evictable and the earlier summaries goes (`_place`); None when there is
+        no conversation message to evict."""
+        previous = [i for i, s in enumerate(state.slots) if is_summary(s.message) and not s.pinned]
+        evicted = self._evictable(state)
+        if not evicted:
+            return None
+        return self._place(state, sorted(set(evicted) | set(previous)))
+
     def _plan(self, state: LadderState) -> _Plan | None:
         """What to replace (everything evictable, plus the earlier summaries), where, what to fold, and the caps;
         None when there is no conversation message to evict (an earlier summary alone is never summarized again),
         or when no place for the summary keeps the roles alternating and nothing is to be folded
         (`details["summary_skipped"]` says so)."""
         slots = state.slots
-        previous = [i for i, s in enumerate(slots) if is_summary(s.message) and not s.pinned]
-        evicted = self._evictable(state)
-        if not evicted:
+        place = self._where(state)
+        if place is None:
             return None
-        place = self._place(state, sorted(set(evicted) | set(previous)))
         evicted = [i for i in place.replaced if not is_summary(slots[i].message)]
         if place.at is None or not evicted:
             if place.at is None and not place.folds:
@@ -665,15 +677,19 @@ class Summarize:
                          counter=state.counter, at=0, role=place.role, folds=place.folds)
         return self._plan_at(state, place, evicted)
 
-    def _plan_at(self, state: LadderState, place: _Place, evicted: list[int]) -> _Plan:
+    def _plan_at(self, state: LadderState, place: _Place, evicted: list[int],
+                 extracted: list[Identifier] | None = None) -> _Plan:
         """The plan of a summary of `place` (`evicted`: its conversation messages): what the fact guard
-        extracts, the facts and said lines' room and the reply cap under the goal (tokens)."""
+        extracts (`extracted`: already extracted from these very messages), the facts and said lines' room and
+        the reply cap under the goal (tokens)."""
         slots = state.slots
         replaced, at, role = place.replaced, place.at, place.role
         assert at is not None  # a place where a summary goes
         counter = _text_counter(state.counter)
         guard = self._guard
-        identifiers = _with_earlier_passes(guard.extract_messages(slots[i].message for i in replaced),
+        if extracted is None:
+            extracted = guard.extract_messages(slots[i].message for i in replaced)
+        identifiers = _with_earlier_passes(extracted,
                                            [slots[i].message for i in replaced], self._written(state))
         facts_cap = guard.max_tokens if self.fact_guard is not False else None
         room: int | None = None  # what the goal leaves for the summary's text (tokens)
