@@ -12,7 +12,10 @@ The ladder, in order:
    the front doors always give one) the messages new since the tally are checked first (all of them without
    one: `check_invariants(messages, start)`, O(new messages)), so a broken history is repaired (or raises)
    under the trigger too: a thread stopped before its tools ran is never sent as it is. With neither (the
-   default) nothing is validated under the trigger.
+   default) nothing is validated under the trigger. Such a call above a strategy's `ahead_at`
+   (`Summarize(ahead_at=...)`) starts that strategy's work in the background (`_Compaction.ahead`: a worker
+   thread under `compact`, an asyncio task under `acompact`); it never changes the call's result but for
+   `details["ahead"]`.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported); inside a running tool loop that thinks, such a note goes where
    a step that starts with thinking follows it (`structure.place_system_notes`, reported). Any other defect

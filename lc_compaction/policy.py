@@ -155,7 +155,7 @@ class CompactionPolicy:
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
             `token_counter`, `strategies`, `offload`, `offload_above`, `deduplicate`, `cached_price`,
-            `clear_at_least`) that is invalid.
+            `clear_at_least`, a strategy's `ahead_at`: not below the trigger) that is invalid.
     """
 
     max_input_tokens: int | None = None

@@ -215,6 +215,28 @@ class Summarize:
             It is one call (no chunks: the agent's request fit its window) and `trim_tokens_to_summarize` does
             not apply. Otherwise, or with False, the transcript prompt. `details["summary_request"]` says which
             ("agent" or "transcript"). Default True.
+        ahead_at: write the summary ahead of time, in the background, once the history is above this size and
+            still below the trigger: a `ContextSize` like the policy's trigger (`("fraction", f)` of the window,
+            `("tokens", N)`, `("messages", N)`, strictly above; checked by the `CompactionPolicy` that holds
+            the strategy to be below its trigger, or below the budget when the budget is the trigger: ValueError
+            naming `ahead_at`). None (default): off, every summary is written inline by the call that compacts.
+            The call that crosses it (`compact`: a daemon worker thread; `acompact` and the async doors: an
+            asyncio task on the running loop) summarizes what this strategy's plan would summarize at that
+            moment (the same `_plan`), recording exactly the messages it read (their ids and content hashes, in
+            order: `strategies.ahead`); it runs in an empty context, without your run's callbacks, so it never
+            shows in your stream. The call that triggers uses it when it is ready and the messages it read still
+            start what the pass replaces, unchanged and in place: the summary takes their place (through the
+            same commit as an inline one: provenance and fact guards, the cap of the room left now) and every
+            message after them stays as it is, those that arrived meanwhile included; the ladder goes on if the
+            history still does not fit (a hard pass may summarize the rest inline). Otherwise (not ready: the
+            call does not wait; an edited or removed message; a summary no smaller than what it replaces) it
+            compacts inline as without this option. At most one job per conversation (keyed by its first
+            non-system message) and `ahead.AHEAD_SCOPES` conversations per strategy object, in memory only: after
+            a restart (a new process or strategy object) the compaction is inline; no message is lost or
+            duplicated either way. A background failure is logged, reported in `details["ahead"]` on the next
+            call, and starts the cooldown as an inline one does; a cancelled task (its event loop closed:
+            `asyncio.run` ends) costs only its request. The background call uses the transcript prompt or the
+            agent's request as an inline one would (`share_agent_request`).
 
     Tool output: a summary speaks in the user's voice, so no text that came from tool results may read as the
     user's. The transcript fences each tool result (`markers.UNTRUSTED_DATA_FENCE`, after the tool's name), the
@@ -244,6 +266,10 @@ class Summarize:
             replaced); the messages stay.
         previous_summary_cut: `{"tokens_before", "tokens_after"}` of an earlier summary shortened to leave room
             for the messages under `trim_tokens_to_summarize`.
+        ahead: with `ahead_at`, what became of the background summary: {"status": "started" | "running" |
+            "ready" | "used" | "changed" | "no_place" | "not_smaller" | "failed" | "cancelled" | "cooldown" |
+            "not_started", "covered": messages it read, "error": the failure's text, "kept_after": messages the
+            pass would have replaced that stayed as they were, "previous": the report of the job it replaced}.
 
     Raises:
         ValueError: a setting is invalid for every history (the message names it): a value of the wrong type or
