@@ -14,7 +14,7 @@ then answers a fixed text). Each run builds a new policy (no job carried over) a
   is done (a user who takes longer than the summarizer to write the next turn) and times the call that
   triggers. `compact` (a worker thread) and `acompact` (an asyncio task, all in one event loop).
 
-"Added to the turn" is the compacting call's time minus the median time of a call of the same history that
+"Added to the turn" is the compacting call's time minus the median time of a `compact` call of the history before that
 compacts nothing (the call every turn makes anyway). Wall time, `time.perf_counter`, median of `--runs` runs.
 Nothing here asserts a figure.
 """
@@ -182,8 +182,8 @@ def render(figures: dict[str, Any], runs: int) -> str:
              f"summarizer that takes {SUMMARIZER_SECONDS:g} s; a {WINDOW:,}-token window, the default trigger (the "
              f"budget), `Summarize(ahead_at={AHEAD_AT!r})` against `Summarize()`; the conversation crosses 60% of "
              f"the window at exchange {figures['crossing'] + 1} and triggers at exchange {figures['exchanges']}. "
-             f"Median of {runs} runs of the call that compacts; \"added\" is that minus the median call of the same "
-             f"door that compacts nothing ({quiet:.1f} ms).", "",
+             f"Median of {runs} runs of the call that compacts; \"added\" is that minus the median `compact` call of "
+             f"the history before, which compacts nothing ({quiet:.1f} ms).", "",
              "| door | summary | status of the background job | tokens before -> after | compacting call, median "
              "(ms) | min - max (ms) | added to the turn (ms) |", "|---|---|---|---|---|---|---|"]
     for (door, ahead), f in figures["rows"].items():
