@@ -373,3 +373,73 @@ def test_background_call_is_not_given_the_callers_callbacks() -> None:
     assert len(model.inputs) == 1
     assert seen.starts == 4  # the agent's four model calls; not the summary's
     assert model.handlers == [[]]
+
+
+def test_async_agent_door_runs_it_as_a_task_and_swaps_it_in() -> None:
+    model = GateModel(script=[("block", AHEAD_TEXT)])
+    pol = policy(model, ahead=8, trigger=14)
+    replies = [AIMessage(f"agent reply {k}: " + "the details you asked for " * 20) for k in range(100)]
+    agent = create_agent(_Agent(messages=iter(replies)), [], middleware=[CompactionMiddleware(pol)],
+                         checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "async"}}
+
+    async def scenario() -> tuple[list[BaseMessage], list[BaseMessage]]:
+        for k in range(7):  # the 5th turn starts the task; two more turns arrive while it waits at the gate
+            await agent.ainvoke({"messages": [HumanMessage(f"request {k}: " + "tell me more " * 10)]}, config)
+        assert len(model.inputs) == 1
+        job = next(iter(pol.strategies[0]._ahead._jobs.values()))  # type: ignore[index]
+        assert isinstance(job.handle, asyncio.Task)
+        model.gate.set()
+        while not job.done.is_set():
+            await asyncio.sleep(0.005)
+        before = (await agent.aget_state(config)).values["messages"]
+        await agent.ainvoke({"messages": [HumanMessage("request 7: " + "tell me more " * 10)]}, config)
+        return before, (await agent.aget_state(config)).values["messages"]
+
+    before, after = asyncio.run(scenario())
+    assert len(model.inputs) == 1
+    summary = [m for m in after if is_summary(m)]
+    assert len(summary) == 1 and AHEAD_TEXT in summary_text(summary[0])
+    prior = before + [m for m in after if m.id not in {b.id for b in before} and not is_summary(m)]
+    assert_nothing_lost(prior, after, model.inputs[0])
+
+
+@pytest.mark.parametrize("turns,more", [(4, 1), (4, 3), (5, 2), (6, 4)])
+def test_property_swap_keeps_a_superset_of_what_inline_keeps(turns: int, more: int) -> None:
+    """Over tool turns (calls and results, never split): crossing after `turns` turns, triggering `more` turns
+    later; the swapped-in result is valid, loses nothing, and keeps every message an inline compaction keeps."""
+    from tests.builders import history, tool_turn
+
+    start = history(turns, 300)
+    n_cross = len(start)
+    model = GateModel(script=[AHEAD_TEXT])
+    pol = policy(model, ahead=n_cross - 1, trigger=n_cross + 4 * more - 1)
+    r1 = compact(start, pol)
+    assert r1.details["ahead"]["status"] == "started"
+    wait_jobs(pol)
+    final = list(r1.messages)
+    for k in range(turns, turns + more):
+        final += tool_turn(k, 300)
+    r2 = compact(final, pol)
+    assert r2.triggered and r2.details["ahead"]["status"] == "used", r2.details.get("ahead")
+    assert_nothing_lost(final, r2.messages, model.inputs[0])
+    inline = compact(final, policy(GateModel(script=[INLINE_TEXT]), ahead=None, trigger=n_cross + 4 * more - 1))
+    assert {m.id for m in inline.messages if not is_summary(m)} <= {m.id for m in r2.messages if not is_summary(m)}
+
+
+def test_no_background_summary_during_the_cooldown_of_an_inline_failure() -> None:
+    clock = Clock()
+    model = GateModel(script=[ConnectionError("provider down"), AHEAD_TEXT])
+    pol = policy(model, cooldown=60, clock=clock, max_retries=0)
+    over = grow(plain_chat(7, 5), 3)  # 21 messages: triggered, the inline call fails
+    failed = compact(over, pol)
+    assert failed.details["summarizer_failure"] == "error" and len(model.inputs) == 1
+    crossing = plain_chat(7, 5)  # another conversation's history above ahead_at, during the cooldown
+    crossing = [m.model_copy(update={"id": "X" + (m.id or "")}) for m in crossing]
+    r = compact(crossing, pol)
+    assert r.details["ahead"]["status"] == "cooldown" and len(model.inputs) == 1
+    clock.now += 61
+    r = compact(crossing, pol)  # the cooldown is over: the job starts
+    assert r.details["ahead"]["status"] == "started"
+    wait_jobs(pol)
+    assert len(model.inputs) == 2
