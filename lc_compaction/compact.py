@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -434,10 +435,11 @@ class _Compaction:
     def ahead(self, result: CompactionResult, run: str, agent_request: AgentRequest | None) -> CompactionResult:
         """Summaries ahead of time: on a call that did not trigger, each strategy with an `ahead_at`
         (`ladder.AheadStrategy`: `Summarize`) that the history is above is asked whether to start its
-        background work (`ahead_wanted`: cheap), and if so is given the ladder's state as a triggered soft pass
-        would see it (`prepare`, `share`: O(history), once per job) to start it ("thread" for `compact`, "task"
-        for `acompact`). Its report goes to `result.details["ahead"]`. Nothing here raises into the call: a
-        history that cannot be prepared (broken, without a repair decision) starts no job (logged, reported)."""
+        background work (`ahead_wanted`: cheap), and if so starts it ("thread" for `compact`, "task" for
+        `acompact`) with a function that builds the ladder's state as a triggered soft pass would see it
+        (`_ahead_state`: `prepare`, `share`, O(history), called in the background). Its report goes to
+        `result.details["ahead"]`. Nothing here raises into the call: a history that cannot be prepared (broken,
+        without a repair decision) fails the job in the background (logged, reported on the next call)."""
         if result.triggered or not any(isinstance(s, AheadStrategy) and s.ahead_at is not None
                                        for s in self.policy.strategies or ()):
             return result
@@ -449,11 +451,7 @@ class _Compaction:
             wanted, report = s.ahead_wanted(result.messages)
             if wanted:
                 try:
-                    if self.state is None:
-                        self.prepare()
-                        self.share(agent_request)
-                    assert self.state is not None  # set by prepare()
-                    started = s.start_ahead(self.state, run)
+                    started = s.start_ahead(result.messages, self._ahead_state(agent_request), run)
                 except Exception as exc:  # noqa: BLE001 - work ahead of time never fails the call
                     logger.warning("lc-compaction: %s could not start its work ahead of time: %s: %s", s.name,
                                    type(exc).__name__, exc)
@@ -463,6 +461,23 @@ class _Compaction:
             if report:
                 result.details["ahead"] = report
         return result
+
+    def _ahead_state(self, agent_request: AgentRequest | None) -> Callable[[], LadderState]:
+        """A function giving the ladder's state of this call's history as a triggered soft pass would see it
+        (`prepare`, `share`), built once, on first use, from a copy of the input list (the caller may change its
+        list afterwards), by whichever thread asks first (a lock)."""
+        self.original = list(self.original)
+        lock = threading.Lock()
+
+        def state() -> LadderState:
+            with lock:
+                if self.state is None:
+                    self.prepare()
+                    self.share(agent_request)
+                assert self.state is not None  # set by prepare()
+                return self.state
+
+        return state
 
     def run(self, agent_request: AgentRequest | None) -> CompactionResult:
         """Prepare the state, apply the ladder's strategies (`apply`), the last resort if still over the budget,

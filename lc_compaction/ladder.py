@@ -94,8 +94,9 @@ class Strategy(Protocol):
 class AheadStrategy(Protocol):
     """A strategy that can do its work ahead of the trigger, in the background (`Summarize(ahead_at=...)`):
     `compact` asks `ahead_wanted` (cheap) on a call whose history is above `ahead_at` and below the trigger,
-    then gives `start_ahead` the ladder's state as a triggered soft pass would see it; a later triggered pass
-    of the strategy uses the result or works inline."""
+    then gives `start_ahead` the history and a function that builds the ladder's state as a triggered soft pass
+    would see it (called in the background); a later triggered pass of the strategy uses the result or works
+    inline."""
 
     name: str
     ahead_at: Any
@@ -104,8 +105,10 @@ class AheadStrategy(Protocol):
         """Whether to start a background job for `messages`, and a report for `details["ahead"]` (or None)."""
         ...
 
-    def start_ahead(self, state: LadderState, run: Any) -> dict[str, Any] | None:
-        """Start the job over `state` ("thread" or "task"); its report for `details["ahead"]` (or None)."""
+    def start_ahead(self, messages: Sequence[BaseMessage], state: Callable[[], LadderState],
+                    run: Any) -> dict[str, Any] | None:
+        """Start the job over `messages` ("thread" or "task"; `state()` builds its ladder state, thread-safe);
+        its report for `details["ahead"]` (or None)."""
         ...
 
 

@@ -218,8 +218,10 @@ def test_changed_covered_part_is_compacted_inline(change: str) -> None:
 
 def test_restart_between_crossing_and_compacting_is_inline() -> None:
     model = GateModel(script=[AHEAD_TEXT, INLINE_TEXT])
-    r1 = compact(plain_chat(7, 5), policy(model))
+    before = policy(model)
+    r1 = compact(plain_chat(7, 5), before)
     assert r1.details["ahead"]["status"] == "started"
+    wait_jobs(before)  # its summary is ready, in the old process's memory
     final = grow(r1.messages, 3)
     restarted = policy(model)  # a new process: a new policy and strategy, no memory of the job
     r2 = compact(final, restarted)

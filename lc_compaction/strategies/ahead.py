@@ -1,11 +1,12 @@
 """Summaries ahead of time (`Summarize(ahead_at=...)`): the background jobs and how a finished one is recognized.
 
 A job is started by a call that finds the history above `ahead_at` and below the trigger (`compact` /
-`acompact`, through `Summarize.start_ahead`): it summarizes what the strategy's plan would summarize at that
-moment, in a worker thread (`run="thread"`, the sync doors) or an asyncio task on the running loop
-(`run="task"`, the async doors). Neither runs inside the caller's context: the thread's target and the task run
-in an empty `contextvars.Context`, so no LangChain callbacks, LangGraph config or stream writer of the user's run
-reach the summary call (it never shows in the user's stream; the call's own config adds `TAG_NOSTREAM` too).
+`acompact`, through `Summarize.start_ahead`): it plans and summarizes what the strategy's plan would summarize
+of that call's history (so the call itself pays neither), in a worker thread (`run="thread"`, the sync doors)
+or an asyncio task on the running loop (`run="task"`, the async doors; its planning in a worker thread).
+Neither runs inside the caller's context: the thread's target and the task run in an empty
+`contextvars.Context`, so no LangChain callbacks, LangGraph config or stream writer of the user's run reach the
+summary call (it never shows in the user's stream; the call's own config adds `TAG_NOSTREAM` too).
 
 A job is keyed by its history's scope (`scope`: the id and content hash of the first message that is not a
 system message, so each conversation, each thread, has its own) and records exactly what it read: the id and
@@ -73,39 +74,56 @@ def scope(messages: Sequence[BaseMessage]) -> Fingerprint | None:
 
 @dataclass
 class AheadJob:
-    """One background summary: what it read (`covered`: fingerprints in order; `offsets`: positions relative to
-    the first; `span`: the history's messages from the first read to the last, as objects, for a cheap check
-    that they are still in place at `start`), then its outcome: `text` (the model's reply, before the guards),
-    `error` (its text: the failure or cancellation), `cancelled`. `done` is set when it ends; `report` holds
-    the call's figures (`summary_request`, `previous_summary_cut`); `calls`, `input_tokens` its model calls and
-    the largest input of one (tokens)."""
+    """One background summary of the history whose scope is `key`. Once planned (in the background), what it read:
+    `covered` (fingerprints, in order), `offsets` (positions relative to the first), `start` (the first one's
+    index) and `span` (the history's messages from the first read to the last, as objects, for a cheap check that
+    they are still in place). Then its outcome: `text` (the model's reply, before the guards), `error` (its text:
+    the failure or cancellation), `cancelled`, `empty` (nothing to summarize). `done` is set when it ends;
+    `report` holds the call's figures (`summary_request`, `previous_summary_cut`); `calls`, `input_tokens` its
+    model calls and the largest input of one (tokens); `identifiers` what the fact guard extracted of what it
+    read."""
 
     key: Fingerprint
-    covered: tuple[Fingerprint, ...]
-    offsets: tuple[int, ...]
-    start: int
-    span: list[BaseMessage]
+    covered: tuple[Fingerprint, ...] = ()
+    offsets: tuple[int, ...] = ()
+    start: int = 0
+    span: list[BaseMessage] = field(default_factory=list)
     text: str | None = None
     error: str | None = None
     cancelled: bool = False
+    empty: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     report: dict[str, Any] = field(default_factory=dict)
     calls: int = 0
     input_tokens: int = 0
-    identifiers: Any = None  # what the fact guard extracts from the messages read (`FactGuard.extract_messages`)
+    identifiers: Any = None
     handle: Any = None  # the thread or the task (a task must be referenced to stay alive)
 
+    def read(self, messages: Sequence[BaseMessage], indices: Sequence[int]) -> None:
+        """Record that it reads `indices` of `messages` (sorted, not empty)."""
+        first, last = indices[0], indices[-1]
+        self.offsets = tuple(i - first for i in indices)
+        self.start = first
+        self.span = list(messages[first:last + 1])
+        self.covered = tuple(fingerprint(messages[i]) for i in indices)
+
     def in_place(self, messages: Sequence[BaseMessage]) -> bool:
-        """Whether the messages it read are still at their place in `messages` (the same objects, else equal
-        ones: one list comparison)."""
-        return messages[self.start:self.start + len(self.span)] == self.span
+        """Whether the messages it read are still at their place in `messages`: the same objects or equal ones
+        (one list comparison), else the same fingerprints (a history loaded again whose metadata differ). True
+        while it is not planned yet (it reads the history of the call that started it)."""
+        if not self.covered:
+            return not self.done.is_set()
+        if messages[self.start:self.start + len(self.span)] == self.span:
+            return True
+        at = [self.start + o for o in self.offsets]
+        return at[-1] < len(messages) and self.matches(messages, at)
 
     def matches(self, messages: Sequence[BaseMessage], indices: Sequence[int]) -> bool:
         """Whether `indices` of `messages` (what a plan would replace) start with exactly the messages this job
         read: the same ids and hashes, at the same distances from one another (nothing inserted or removed in
         between)."""
         n = len(self.covered)
-        if len(indices) < n:
+        if not n or len(indices) < n:
             return False
         first = indices[0]
         if tuple(i - first for i in indices[:n]) != self.offsets:
@@ -113,11 +131,13 @@ class AheadJob:
         return all(fingerprint(messages[i]) == f for i, f in zip(indices[:n], self.covered))
 
     def outcome(self) -> str:
-        """"running", "ready", "cancelled" or "failed"."""
+        """"running", "ready", "empty", "cancelled" or "failed"."""
         if not self.done.is_set():
             return "running"
         if self.text is not None:
             return "ready"
+        if self.empty:
+            return "empty"
         return "cancelled" if self.cancelled else "failed"
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,16 +146,6 @@ class AheadJob:
         if self.error:
             data["error"] = self.error
         return data
-
-
-def new_job(messages: Sequence[BaseMessage], indices: Sequence[int]) -> AheadJob | None:
-    """The job that reads `indices` of `messages` (sorted), or None when there is nothing to read or no scope."""
-    key = scope(messages)
-    if key is None or not indices:
-        return None
-    first, last = indices[0], indices[-1]
-    return AheadJob(key=key, covered=tuple(fingerprint(messages[i]) for i in indices),
-                    offsets=tuple(i - first for i in indices), start=first, span=list(messages[first:last + 1]))
 
 
 class AheadJobs:
@@ -173,13 +183,13 @@ class AheadJobs:
         self.__init__(state["size"])  # type: ignore[misc]
 
 
-def start(job: AheadJob, run: Run, work: Callable[[], str], awork: Callable[[], Awaitable[str]],
+def start(job: AheadJob, run: Run, work: Callable[[], str | None], awork: Callable[[], Awaitable[str | None]],
           failed: Callable[[BaseException], str]) -> None:
     """Start `job`: `work()` in a daemon worker thread (`run="thread"`) or `awork()` as a task on the running
     loop (`run="task"`), both in an empty context (no callbacks, config or stream writer of the caller's run).
-    Their reply becomes `job.text`; an exception becomes `job.error` through `failed` (which reports it, and
-    starts the cooldown for a model failure) and is never raised into anyone's call; a cancelled task sets
-    `job.cancelled`.
+    Their reply becomes `job.text` (None: nothing to summarize, `job.empty`); an exception becomes `job.error`
+    through `failed` (which reports it, and starts the cooldown for a model failure) and is never raised into
+    anyone's call; a cancelled task sets `job.cancelled`.
 
     Raises:
         RuntimeError: `run="task"` outside a running event loop.
@@ -188,6 +198,7 @@ def start(job: AheadJob, run: Run, work: Callable[[], str], awork: Callable[[], 
     def target() -> None:
         try:
             job.text = work()
+            job.empty = job.text is None
         except BaseException as exc:  # noqa: BLE001 - a background failure is reported, never raised
             job.error = failed(exc)
         finally:
@@ -196,6 +207,7 @@ def start(job: AheadJob, run: Run, work: Callable[[], str], awork: Callable[[], 
     async def atarget() -> None:
         try:
             job.text = await awork()
+            job.empty = job.text is None
         except asyncio.CancelledError:
             job.cancelled = True
             job.error = "the background summary was cancelled (its event loop closed, or its task was cancelled)"

@@ -76,7 +76,7 @@ from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
 from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.facts import FactGuard, Identifier, contains, tool_names, tool_of, trust
-from lc_compaction.strategies.ahead import AheadJob, AheadJobs, Run, new_job, scope, start
+from lc_compaction.strategies.ahead import AheadJob, AheadJobs, Run, scope, start
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import opening, resolve_prompt, shared_instruction
 from lc_compaction.strategies.provenance import ProvenanceGuard
@@ -532,50 +532,63 @@ class Summarize:
             if status in ("running", "ready") and job.in_place(messages):
                 return False, None
             self._ahead.pop(key)
-            report = job.to_dict()
+            report = None if status == "empty" else job.to_dict()
             if status in ("running", "ready"):
-                report["status"] = "changed"
+                report = {**job.to_dict(), "status": "changed"}
                 _cancel(job)
         cooling = self._cooldown.check()
         if cooling is not None:
             return False, report or {"status": "cooldown", "error": str(cooling)}
         return True, report
 
-    def start_ahead(self, state: LadderState, run: Run) -> dict[str, Any] | None:
-        """Start summarizing in the background what this strategy would summarize of `state` now (`_plan`, the
-        same rule as a triggered pass) in a worker thread (`run="thread"`) or an asyncio task on the running
-        loop (`run="task"`): the job records exactly the messages it read (`ahead.AheadJob`). Returns the report
-        for `details["ahead"]` ({"status": "started", "covered": messages read}), or None when there is
-        nothing to summarize. Its failure (logged; reported on the next call; the cooldown starts as after an
-        inline failure) and its cancellation never raise into a call."""
+    def start_ahead(self, messages: Sequence[BaseMessage], state: Callable[[], LadderState],
+                    run: Run) -> dict[str, Any] | None:
+        """Start summarizing in the background what this strategy would summarize now of `messages`, the
+        history of the call: `state()` gives the ladder's state as a triggered soft pass would see it (built in
+        the background too), `_plan` (the same rule as a triggered pass) says what to summarize, and the job
+        records exactly the messages it read (`ahead.AheadJob`). In a worker thread (`run="thread"`) or an asyncio
+        task on the running loop (`run="task"`; the planning in a worker thread, off the loop). Returns the report
+        for `details["ahead"]` ({"status": "started"}), or None without a model. Its failure (logged; reported
+        on the next call; the cooldown starts as after an inline failure) and its cancellation never raise into
+        a call."""
         call = self._call
-        if call is None:
+        key = scope(messages)
+        if call is None or key is None:
             return None
-        plan = self._plan(state)
-        if plan is None or not plan.messages:
-            return None
-        job = new_job(state.messages, plan.replaced)
-        if job is None:
-            return None
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        steps = self._model_text(state, plan, deadline, job.report)
+        job = AheadJob(key=key)
 
-        read = [state.slots[i].message for i in plan.replaced]
+        def plan() -> tuple[LadderState, _Plan] | None:
+            st = state()
+            p = self._plan(st)
+            if p is None or not p.messages:
+                return None
+            job.read(st.messages, p.replaced)
+            job.identifiers = p.identifiers  # what the guard extracts of them: not again at the compacting call
+            return st, p
 
-        def finish(text: str) -> str:  # the guard's extraction too, off the compacting call's path
-            job.calls, job.input_tokens = plan.calls, plan.input_tokens
-            job.identifiers = self._guard.extract_messages(read)
+        def steps(st: LadderState, p: _Plan) -> Generator[SummaryRequest, str, str]:
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            return self._model_text(st, p, deadline, job.report)
+
+        def work() -> str | None:
+            planned = plan()
+            if planned is None:
+                return None
+            text = drive(steps(*planned), call.invoke)
+            job.calls, job.input_tokens = planned[1].calls, planned[1].input_tokens
             return text
 
-        def work() -> str:
-            return finish(drive(steps, call.invoke))
-
-        async def awork() -> str:
-            return finish(await adrive(steps, call.ainvoke))
+        async def awork() -> str | None:
+            planned = await asyncio.to_thread(plan)
+            if planned is None:
+                return None
+            text = await adrive(steps(*planned), call.ainvoke)
+            job.calls, job.input_tokens = planned[1].calls, planned[1].input_tokens
+            return text
 
         self._ahead.put(job)
         start(job, run, work, awork, self._ahead_failed)
-        return {"status": "started", "covered": len(job.covered)}
+        return {"status": "started"}
 
     def _ahead_failed(self, exc: BaseException) -> str:
         """Report a background summary's failure (logged) and start the cooldown for a model failure, as an inline
