@@ -629,13 +629,13 @@ class Summarize:
             return False
         swap = self._plan_at(state, place, evicted, job.identifiers)
         swap.calls, swap.input_tokens = job.calls, job.input_tokens
-        state.details.update(job.report)
         text, _ = cut_to_tokens(job.text, swap.reply_cap, swap.counter.count_text)
         done = len(state.actions)
         self._commit(state, swap, text, None)
         if len(state.actions) == done:  # not put in (no smaller than what it replaces): compact inline
             info["status"] = "not_smaller"
             return False
+        state.details.update(job.report)  # the call's figures ("summary_request", "previous_summary_cut")
         self._fold(state, place.folds)
         info["status"] = "used"
         info["kept_after"] = len(where.replaced) - n
