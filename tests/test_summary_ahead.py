@@ -445,3 +445,16 @@ def test_no_background_summary_during_the_cooldown_of_an_inline_failure() -> Non
     assert r.details["ahead"]["status"] == "started"
     wait_jobs(pol)
     assert len(model.inputs) == 2
+
+
+def test_benchmark_script_measures_what_it_names() -> None:
+    """benchmarks/ahead.py (with a summarizer of 0.05 s, one run): the ahead rows used the background summary,
+    the inline rows did not, and every row compacted (the script asserts it)."""
+    from benchmarks.ahead import measure, render
+
+    figures = measure(1, seconds=0.05)
+    statuses = {key: row["status"] for key, row in figures["rows"].items()}
+    assert statuses == {("compact", False): "inline", ("compact", True): "used",
+                        ("acompact", False): "inline", ("acompact", True): "used"}
+    assert figures["crossing"] < figures["exchanges"] - 1
+    assert render(figures, 1).count("\n| `") == 4
