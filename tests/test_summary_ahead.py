@@ -458,3 +458,29 @@ def test_benchmark_script_measures_what_it_names() -> None:
                         ("acompact", False): "inline", ("acompact", True): "used"}
     assert figures["crossing"] < figures["exchanges"] - 1
     assert render(figures, 1).count("\n| `") == 4
+
+
+def test_agent_restart_between_crossing_and_compacting_is_inline_with_nothing_lost() -> None:
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": "r"}}
+
+    def agent_for(model: GateModel) -> Any:
+        replies = [AIMessage(f"agent reply {k}: " + "the details you asked for " * 20) for k in range(100)]
+        return create_agent(_Agent(messages=iter(replies)), [],
+                            middleware=[CompactionMiddleware(policy(model, ahead=8, trigger=14))], checkpointer=saver)
+
+    old = GateModel(script=[AHEAD_TEXT])
+    first = agent_for(old)
+    for k in range(6):  # crosses at the 5th turn: the old process's job
+        first.invoke({"messages": [HumanMessage(f"request {k}: " + "tell me more " * 10)]}, config)
+    assert len(old.inputs) == 1
+    new = GateModel(script=[INLINE_TEXT])
+    restarted = agent_for(new)  # a new process: same checkpointer, new middleware and policy
+    before = restarted.get_state(config).values["messages"]
+    restarted.invoke({"messages": [HumanMessage("request 6: " + "tell me more " * 10)]}, config)
+    restarted.invoke({"messages": [HumanMessage("request 7: " + "tell me more " * 10)]}, config)
+    after = restarted.get_state(config).values["messages"]
+    summary = [m for m in after if is_summary(m)]
+    assert len(summary) == 1 and INLINE_TEXT in summary_text(summary[0]) and len(new.inputs) == 1
+    prior = before + [m for m in after if m.id not in {b.id for b in before} and not is_summary(m)]
+    assert_nothing_lost(prior, after, new.inputs[0])
