@@ -440,12 +440,10 @@ class _Compaction:
         (`_ahead_state`: `prepare`, `share`, O(history), called in the background). Its report goes to
         `result.details["ahead"]`. Nothing here raises into the call: a history that cannot be prepared (broken,
         without a repair decision) fails the job in the background (logged, reported on the next call)."""
-        if result.triggered or not any(isinstance(s, AheadStrategy) and s.ahead_at is not None
-                                       for s in self.policy.strategies or ()):
+        if result.triggered or not self.policy.ahead_strategies:
             return result
-        for s in self.policy.strategies or ():
-            if not isinstance(s, AheadStrategy) or s.ahead_at is None:
-                continue
+        for s in self.policy.ahead_strategies:
+            assert isinstance(s, AheadStrategy)  # checked by the policy
             if not self.policy.is_ahead(s.ahead_at, result.tokens_after, result.messages_after):
                 continue
             wanted, report = s.ahead_wanted(result.messages)

@@ -175,6 +175,8 @@ class CompactionPolicy:
     clear_at_least: int = 0
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
+    ahead_strategies: tuple[Any, ...] = field(init=False, repr=False, default=())
+    """The strategies that work ahead of time (an `ahead_at` set: `ladder.AheadStrategy`), in ladder order."""
 
     def __post_init__(self) -> None:
         w = self.max_input_tokens
@@ -310,6 +312,7 @@ class CompactionPolicy:
         the budget) where that can be known: a size in tokens below every token threshold, a size in messages
         below every message threshold."""
         w = self.max_input_tokens
+        ahead = []
         for s in self.strategies or ():
             size = getattr(s, "ahead_at", None)
             if size is None:
@@ -318,6 +321,11 @@ class CompactionPolicy:
             if kind == "fraction" and w is None:
                 raise ValueError("ahead_at: ('fraction', f) needs max_input_tokens")
             self._check_target_below_trigger(kind, value, setting="ahead_at")
+            if not (callable(getattr(s, "ahead_wanted", None)) and callable(getattr(s, "start_ahead", None))):
+                raise ValueError(f"strategies: {s!r} has an ahead_at but is not an AheadStrategy (needs "
+                                 "ahead_wanted and start_ahead)")
+            ahead.append(s)
+        self.ahead_strategies = tuple(ahead)
 
     def is_ahead(self, size: ContextSize, tokens: int, n_messages: int) -> bool:
         """True when a history of `tokens` tokens and `n_messages` messages is strictly above `size` (a
