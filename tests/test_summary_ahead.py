@@ -324,6 +324,9 @@ def test_agent_two_threads_nothing_lost_with_a_checkpointer() -> None:
     assert len(model.inputs) == 2
     assert all("A says" in model.inputs[i] or "B says" in model.inputs[i] for i in range(2))
     assert not any("A says" in s and "B says" in s for s in model.inputs)
+    for t in "AB":  # the door's memory (and its event) reports the job the last call started
+        last = agent.get_state({"configurable": {"thread_id": t}}).values["compaction"]["last"]
+        assert last["details"]["ahead"]["status"] == "started" and not last["triggered"]
     for k in range(5, 7):  # arrive while the summaries run
         turn("A", k)
         turn("B", k)
