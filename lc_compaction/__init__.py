@@ -11,7 +11,7 @@ from lc_compaction.agent_request import AgentRequest
 from lc_compaction.billing import PromptCache
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.tally import CountTally
-from lc_compaction.ladder import Action, LadderState, Strategy
+from lc_compaction.ladder import Action, AheadStrategy, LadderState, Strategy
 from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, is_summary, is_truncated, pin_message
 from lc_compaction.policy import CompactionPolicy, ContextSize
 from lc_compaction.strategies import DropOldExchanges, FactGuard, SummarizationError, Summarize, TruncateToolResults
@@ -84,6 +84,7 @@ __all__ = [
     "replay_files",
     "Action",
     "AgentRequest",
+    "AheadStrategy",
     "ApproximateCounter",
     "CompactionInvariantError",
     "CompactionPolicy",

@@ -12,7 +12,10 @@ The ladder, in order:
    the front doors always give one) the messages new since the tally are checked first (all of them without
    one: `check_invariants(messages, start)`, O(new messages)), so a broken history is repaired (or raises)
    under the trigger too: a thread stopped before its tools ran is never sent as it is. With neither (the
-   default) nothing is validated under the trigger.
+   default) nothing is validated under the trigger. Such a call above a strategy's `ahead_at`
+   (`Summarize(ahead_at=...)`) starts that strategy's work in the background (`_Compaction.ahead`: a worker
+   thread under `compact`, an asyncio task under `acompact`); it never changes the call's result but for
+   `details["ahead"]`.
 2. The input is checked (`structure.check_invariants`). A SystemMessage after the conversation started is
    sent as a HumanMessage (lossless, reported); inside a running tool loop that thinks, such a note goes where
    a step that starts with thinking follows it (`structure.place_system_notes`, reported). Any other defect
@@ -46,6 +49,8 @@ The ladder, in order:
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +61,7 @@ from langchain_core.messages import BaseMessage, convert_to_messages
 from lc_compaction._kinds import SYSTEM, kind
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.dedup import DEDUP_STRATEGY, arrival_notes, detail, duplicates
-from lc_compaction.ladder import Action, LadderState, Slot, Strategy, SyncStrategy, protect
+from lc_compaction.ladder import Action, AheadStrategy, LadderState, Slot, Strategy, SyncStrategy, protect
 from lc_compaction.markers import is_dropped_marker
 from lc_compaction.offload import (
     OffloadKeys,
@@ -80,6 +85,8 @@ from lc_compaction.shorten import last_resort
 from lc_compaction.strategies.drop import leave_out_marker
 from lc_compaction.tokens import MessageCounter, StructuredCounter
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
+
+logger = logging.getLogger(__name__)
 
 StopReason = str
 """Why the ladder stopped: "under_trigger", "under_target", "under_budget" (fits, above target),
@@ -425,6 +432,51 @@ class _Compaction:
             return self.arrival_edits_only()
         return None
 
+    def ahead(self, result: CompactionResult, run: str, agent_request: AgentRequest | None) -> CompactionResult:
+        """Summaries ahead of time: on a call that did not trigger, each strategy with an `ahead_at`
+        (`ladder.AheadStrategy`: `Summarize`) that the history is above is asked whether to start its
+        background work (`ahead_wanted`: cheap), and if so starts it ("thread" for `compact`, "task" for
+        `acompact`) with a function that builds the ladder's state as a triggered soft pass would see it
+        (`_ahead_state`: `prepare`, `share`, O(history), called in the background). Its report goes to
+        `result.details["ahead"]`. Nothing here raises into the call: a history that cannot be prepared (broken,
+        without a repair decision) fails the job in the background (logged, reported on the next call)."""
+        if result.triggered or not self.policy.ahead_strategies:
+            return result
+        for s in self.policy.ahead_strategies:
+            assert isinstance(s, AheadStrategy)  # checked by the policy
+            if not self.policy.is_ahead(s.ahead_at, result.tokens_after, result.messages_after):
+                continue
+            wanted, report = s.ahead_wanted(result.messages)
+            if wanted:
+                try:
+                    started = s.start_ahead(result.messages, self._ahead_state(agent_request), run)
+                except Exception as exc:  # noqa: BLE001 - work ahead of time never fails the call
+                    logger.warning("lc-compaction: %s could not start its work ahead of time: %s: %s", s.name,
+                                   type(exc).__name__, exc)
+                    started = {"status": "not_started", "error": f"{type(exc).__name__}: {exc}"}
+                if started is not None:
+                    report = {**started, "previous": report} if report else started
+            if report:
+                result.details["ahead"] = report
+        return result
+
+    def _ahead_state(self, agent_request: AgentRequest | None) -> Callable[[], LadderState]:
+        """A function giving the ladder's state of this call's history as a triggered soft pass would see it
+        (`prepare`, `share`), built once, on first use, from a copy of the input list (the caller may change its
+        list afterwards), by whichever thread asks first (a lock)."""
+        self.original = list(self.original)
+        lock = threading.Lock()
+
+        def state() -> LadderState:
+            with lock:
+                if self.state is None:
+                    self.prepare()
+                    self.share(agent_request)
+                assert self.state is not None  # set by prepare()
+                return self.state
+
+        return state
+
     def run(self, agent_request: AgentRequest | None) -> CompactionResult:
         """Prepare the state, apply the ladder's strategies (`apply`), the last resort if still over the budget,
         and finish."""
@@ -563,7 +615,7 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     quick = compaction.without_ladder()
     if quick is not None:
-        return quick
+        return compaction.ahead(quick, "thread", agent_request)
     return compaction.run(agent_request)
 
 
@@ -581,7 +633,7 @@ async def acompact(messages: Sequence[Any], policy: CompactionPolicy | None = No
     compaction = _Compaction(messages, policy, extra_tokens, repair, tally, offload, offload_rekey)
     quick = compaction.without_ladder()
     if quick is not None:
-        return quick
+        return compaction.ahead(quick, "task", agent_request)
     if all(isinstance(s, SyncStrategy) for s in compaction.policy.strategies or ()):
         return await asyncio.to_thread(compaction.run, agent_request)
     compaction.prepare()

@@ -90,6 +90,28 @@ class Strategy(Protocol):
         ...
 
 
+@runtime_checkable
+class AheadStrategy(Protocol):
+    """A strategy that can do its work ahead of the trigger, in the background (`Summarize(ahead_at=...)`):
+    `compact` asks `ahead_wanted` (cheap) on a call whose history is above `ahead_at` and below the trigger,
+    then gives `start_ahead` the history and a function that builds the ladder's state as a triggered soft pass
+    would see it (called in the background); a later triggered pass of the strategy uses the result or works
+    inline."""
+
+    name: str
+    ahead_at: Any
+
+    def ahead_wanted(self, messages: Sequence[BaseMessage]) -> tuple[bool, dict[str, Any] | None]:
+        """Whether to start a background job for `messages`, and a report for `details["ahead"]` (or None)."""
+        ...
+
+    def start_ahead(self, messages: Sequence[BaseMessage], state: Callable[[], LadderState],
+                    run: Any) -> dict[str, Any] | None:
+        """Start the job over `messages` ("thread" or "task"; `state()` builds its ladder state, thread-safe);
+        its report for `details["ahead"]` (or None)."""
+        ...
+
+
 class SyncStrategy(ABC):
     """Base of a strategy with no I/O (nothing to await): subclasses write `apply`; `aapply` runs it."""
 

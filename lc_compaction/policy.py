@@ -155,7 +155,7 @@ class CompactionPolicy:
     Raises:
         ValueError: naming the setting (`trigger`, `keep`, `target`, `reserve`, `max_input_tokens`,
             `token_counter`, `strategies`, `offload`, `offload_above`, `deduplicate`, `cached_price`,
-            `clear_at_least`) that is invalid.
+            `clear_at_least`, a strategy's `ahead_at`: not below the trigger) that is invalid.
     """
 
     max_input_tokens: int | None = None
@@ -175,6 +175,8 @@ class CompactionPolicy:
     clear_at_least: int = 0
     counter: TokenCounter = field(init=False, repr=False)
     trigger_clauses: list[dict[str, float]] = field(init=False, repr=False)
+    ahead_strategies: tuple[Any, ...] = field(init=False, repr=False, default=())
+    """The strategies that work ahead of time (an `ahead_at` set: `ladder.AheadStrategy`), in ladder order."""
 
     def __post_init__(self) -> None:
         w = self.max_input_tokens
@@ -218,6 +220,7 @@ class CompactionPolicy:
                 if not (hasattr(s, "apply") and hasattr(s, "aapply") and hasattr(s, "name")):
                     raise ValueError(f"strategies: {s!r} is not a Strategy (needs name, apply, aapply)")
         self.counter = resolve_token_counter(self.token_counter, model_name=self.model_name)
+        self._check_ahead()
         self._check_offload()
         self._check_offload_above()
 
@@ -284,11 +287,12 @@ class CompactionPolicy:
     def _message_thresholds(self) -> list[float]:
         return [c["messages"] for c in self.trigger_clauses if "messages" in c]
 
-    def _check_target_below_trigger(self, kind: str, value: float) -> None:
+    def _check_target_below_trigger(self, kind: str, value: float, setting: str = "target") -> None:
         if kind == "messages":
             lows = self._message_thresholds()
             if lows and value >= min(lows):
-                raise ValueError(f"target: {int(value)} messages is not below the trigger ({int(min(lows))} messages)")
+                raise ValueError(f"{setting}: {int(value)} messages is not below the trigger "
+                                 f"({int(min(lows))} messages)")
             return
         tokens = value * self._window() if kind == "fraction" else value
         lows = self.trigger_tokens()
@@ -301,7 +305,35 @@ class CompactionPolicy:
             what = f"the default trigger ({EARLY_TRIGGER_FRACTION:.0%} of the window at cached_price >= "
             what += f"{EARLY_TRIGGER_PRICE}, "
         if lows and tokens >= min(lows):
-            raise ValueError(f"target: {tokens:.0f} tokens is not below {what}{min(lows):.0f} tokens)")
+            raise ValueError(f"{setting}: {tokens:.0f} tokens is not below {what}{min(lows):.0f} tokens)")
+
+    def _check_ahead(self) -> None:
+        """Each strategy's `ahead_at` (`Summarize`): a `ContextSize` of the trigger's kinds, below the trigger (or
+        the budget) where that can be known: a size in tokens below every token threshold, a size in messages
+        below every message threshold."""
+        w = self.max_input_tokens
+        ahead = []
+        for s in self.strategies or ():
+            size = getattr(s, "ahead_at", None)
+            if size is None:
+                continue
+            kind, value = _parse_size("ahead_at", size, _TRIGGER_KINDS)
+            if kind == "fraction" and w is None:
+                raise ValueError("ahead_at: ('fraction', f) needs max_input_tokens")
+            self._check_target_below_trigger(kind, value, setting="ahead_at")
+            if not (callable(getattr(s, "ahead_wanted", None)) and callable(getattr(s, "start_ahead", None))):
+                raise ValueError(f"strategies: {s!r} has an ahead_at but is not an AheadStrategy (needs "
+                                 "ahead_wanted and start_ahead)")
+            ahead.append(s)
+        self.ahead_strategies = tuple(ahead)
+
+    def is_ahead(self, size: ContextSize, tokens: int, n_messages: int) -> bool:
+        """True when a history of `tokens` tokens and `n_messages` messages is strictly above `size` (a
+        strategy's `ahead_at`: `("tokens", N)`, `("fraction", f)` of the window, `("messages", N)`)."""
+        kind, value = size
+        if kind == "messages":
+            return n_messages > value
+        return tokens > (value * self._window() if kind == "fraction" else value)
 
     def is_triggered(self, tokens: int, n_messages: int) -> bool:
         """True when any trigger clause is exceeded (all thresholds of a clause strictly above), or the

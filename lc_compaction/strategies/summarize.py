@@ -57,12 +57,14 @@ summary that would not be smaller than what it replaces is not put in. Figures g
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, Union
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, ToolMessage
@@ -74,11 +76,12 @@ from lc_compaction.ladder import LadderState
 from lc_compaction.markers import is_summary, make_summary_message, summary_text
 from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.facts import FactGuard, Identifier, contains, tool_names, tool_of, trust
+from lc_compaction.strategies.ahead import AheadJob, AheadJobs, Run, scope, start
 from lc_compaction.strategies.ledger import build_ledger
 from lc_compaction.strategies.prompts import opening, resolve_prompt, shared_instruction
 from lc_compaction.strategies.provenance import ProvenanceGuard
 from lc_compaction.strategies.summary_call import Cooldown, SummarizationError, SummaryCall, SummaryRequest
-from lc_compaction.strategies.transcript import CUT_MARKER, NoRoomError, render_input, summary_prompts
+from lc_compaction.strategies.transcript import CUT_MARKER, NoRoomError, cut_to_tokens, render_input, summary_prompts
 from lc_compaction.tokens import ApproximateCounter, TokenCounter
 
 __all__ = ["CUT_MARKER", "DEFAULT_COOLDOWN", "DEFAULT_INITIAL_DELAY", "DEFAULT_MAX_RETRIES",
@@ -114,6 +117,12 @@ tenacity's `wait_exponential_jitter(initial=1, jitter=1)`, `Runnable.with_retry`
 
 MIN_SUMMARY_TOKENS = 64
 """Smallest output cap given to the model (tokens) when the room under the goal is tighter than that."""
+
+logger = logging.getLogger(__name__)
+
+ContextSize = tuple[str, Union[int, float]]
+"""`("messages", N)`, `("tokens", N)` or `("fraction", f)` of the window: `policy.ContextSize`, the format of
+`ahead_at` (validated against the trigger by the `CompactionPolicy` that holds the strategy)."""
 
 Fallback = Literal["auto", "ledger", "raise", "skip"]
 """What `Summarize` does when the model fails: write the ledger, raise `SummarizationError`, or skip the pass."""
@@ -206,6 +215,28 @@ class Summarize:
             It is one call (no chunks: the agent's request fit its window) and `trim_tokens_to_summarize` does
             not apply. Otherwise, or with False, the transcript prompt. `details["summary_request"]` says which
             ("agent" or "transcript"). Default True.
+        ahead_at: write the summary ahead of time, in the background, once the history is above this size and
+            still below the trigger: a `ContextSize` like the policy's trigger (`("fraction", f)` of the window,
+            `("tokens", N)`, `("messages", N)`, strictly above; checked by the `CompactionPolicy` that holds
+            the strategy to be below its trigger, or below the budget when the budget is the trigger: ValueError
+            naming `ahead_at`). None (default): off, every summary is written inline by the call that compacts.
+            The call that crosses it (`compact`: a daemon worker thread; `acompact` and the async doors: an
+            asyncio task on the running loop) summarizes what this strategy's plan would summarize at that
+            moment (the same `_plan`), recording exactly the messages it read (their ids and content hashes, in
+            order: `strategies.ahead`); it runs in an empty context, without your run's callbacks, so it never
+            shows in your stream. The call that triggers uses it when it is ready and the messages it read still
+            start what the pass replaces, unchanged and in place: the summary takes their place (through the
+            same commit as an inline one: provenance and fact guards, the cap of the room left now) and every
+            message after them stays as it is, those that arrived meanwhile included; the ladder goes on if the
+            history still does not fit (a hard pass may summarize the rest inline). Otherwise (not ready: the
+            call does not wait; an edited or removed message; a summary no smaller than what it replaces) it
+            compacts inline as without this option. At most one job per conversation (keyed by its first
+            non-system message) and `ahead.AHEAD_SCOPES` conversations per strategy object, in memory only: after
+            a restart (a new process or strategy object) the compaction is inline; no message is lost or
+            duplicated either way. A background failure is logged, reported in `details["ahead"]` on the next
+            call, and starts the cooldown as an inline one does; a cancelled task (its event loop closed:
+            `asyncio.run` ends) costs only its request. The background call uses the transcript prompt or the
+            agent's request as an inline one would (`share_agent_request`).
 
     Tool output: a summary speaks in the user's voice, so no text that came from tool results may read as the
     user's. The transcript fences each tool result (`markers.UNTRUSTED_DATA_FENCE`, after the tool's name), the
@@ -235,6 +266,10 @@ class Summarize:
             replaced); the messages stay.
         previous_summary_cut: `{"tokens_before", "tokens_after"}` of an earlier summary shortened to leave room
             for the messages under `trim_tokens_to_summarize`.
+        ahead: with `ahead_at`, what became of the background summary: {"status": "started" | "running" |
+            "ready" | "used" | "changed" | "no_place" | "not_smaller" | "failed" | "cancelled" | "cooldown" |
+            "not_started", "covered": messages it read, "error": the failure's text, "kept_after": messages the
+            pass would have replaced that stayed as they were, "previous": the report of the job it replaced}.
 
     Raises:
         ValueError: a setting is invalid for every history (the message names it): a value of the wrong type or
@@ -256,11 +291,13 @@ class Summarize:
     role: Literal["human", "ai"] = "human"
     redact: Callable[[str], str] | None = None
     share_agent_request: bool = True
+    ahead_at: ContextSize | None = None
     name: str = "summarize"
     _template: str = field(init=False, repr=False)
     _guard: FactGuard = field(init=False, repr=False)
     _call: SummaryCall | None = field(init=False, repr=False, compare=False, default=None)
     _cooldown: Cooldown = field(init=False, repr=False, compare=False)
+    _ahead: AheadJobs = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, str):
@@ -300,6 +337,13 @@ class Summarize:
         if not callable(self.clock):
             raise ValueError(f"clock: expected a callable returning seconds, got {type(self.clock).__name__}")
         self._cooldown = Cooldown(float(self.cooldown), self.clock)
+        self._ahead = AheadJobs()
+        if isinstance(self.ahead_at, list):
+            self.ahead_at = (self.ahead_at[0], self.ahead_at[1]) if len(self.ahead_at) == 2 else tuple(self.ahead_at)
+        if self.ahead_at is not None and (not isinstance(self.ahead_at, tuple) or len(self.ahead_at) != 2
+                                          or self.ahead_at[0] not in ("messages", "tokens", "fraction")):
+            raise ValueError(f"ahead_at: expected None or a tuple like ('fraction', 0.6), ('tokens', N) or "
+                             f"('messages', N), got {self.ahead_at!r}")
         if self.fallback not in ("auto", "ledger", "raise", "skip"):
             raise ValueError(f"fallback: must be 'auto', 'ledger', 'raise' or 'skip', got {self.fallback!r}")
         if self.redact is not None and not callable(self.redact):
@@ -341,6 +385,8 @@ class Summarize:
         """Plan, yield each model call (`summary_prompts`) and receive its text, then commit the summary (the
         ledger when there is no model, or per `fallback` when the model failed) and the folds the plan holds.
         Returns False when the model failed and the history was left as it is."""
+        if self.ahead_at is not None and self._swap_ahead(state):  # a summary written ahead of time
+            return True
         plan = self._plan(state)
         if plan is None:
             return True
@@ -355,28 +401,8 @@ class Summarize:
             if failure is None:
                 if self.timeout is not None:
                     memo.setdefault("deadline", time.monotonic() + self.timeout)
-                count = plan.counter.count_text
-                shared = self._shared_request(state, plan)
-                agent, beside = (shared[0], shared[2]) if shared is not None else (None, 0)
-                state.details["summary_request"] = "transcript" if shared is None else "agent"
-                prompts = (summary_prompts(self._template, plan.messages, plan.previous_text,
-                                           self.trim_tokens_to_summarize, count, redact=self.redact,
-                                           report=state.details)
-                           if shared is None else _one_call(shared[1]))
                 try:
-                    prompt, cap = next(prompts)
-                    while True:
-                        plan.calls += 1
-                        sent = count(prompt) + beside
-                        plan.input_tokens = max(plan.input_tokens, sent)
-                        reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
-                                                                           min(plan.reply_cap, cap))
-                        request = SummaryRequest(prompt, reply_cap, count, memo.get("deadline"), agent)
-                        prompt, cap = prompts.send((yield request))
-                except StopIteration as done:
-                    text = done.value
-                    if agent is not None and self.redact is not None and text is not None:
-                        text = self.redact(text)  # the agent's request is not redacted: its summary is
+                    text = yield from self._model_text(state, plan, memo.get("deadline"), state.details)
                 except NoRoomError as exc:  # the bound is too small for this history: the ledger, reported
                     self._commit(state, plan, None, str(exc))
                     self._fold(state, plan.folds)
@@ -392,6 +418,40 @@ class Summarize:
         self._commit(state, plan, text, reason)
         self._fold(state, plan.folds)
         return True
+
+    def _model_text(self, state: LadderState, plan: _Plan, deadline: float | None,
+                    report: dict[str, Any]) -> Generator[SummaryRequest, str, str]:
+        """Yield each model call of `plan`'s summary (`summary_prompts`, or one cache-sharing request) and return
+        the model's text (redacted when the request was the agent's), counting the calls and the largest input
+        in `plan`; `report` receives "summary_request" and the transcript's figures.
+
+        Raises:
+            NoRoomError: `trim_tokens_to_summarize` leaves no room for chunks of this history.
+            SummarizationError: a call failed (thrown in by the driver).
+        """
+        count = plan.counter.count_text
+        shared = self._shared_request(state, plan)
+        agent, beside = (shared[0], shared[2]) if shared is not None else (None, 0)
+        report["summary_request"] = "transcript" if shared is None else "agent"
+        prompts = (summary_prompts(self._template, plan.messages, plan.previous_text,
+                                   self.trim_tokens_to_summarize, count, redact=self.redact,
+                                   report=report)
+                   if shared is None else _one_call(shared[1]))
+        try:
+            prompt, cap = next(prompts)
+            while True:
+                plan.calls += 1
+                sent = count(prompt) + beside
+                plan.input_tokens = max(plan.input_tokens, sent)
+                reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
+                                                                   min(plan.reply_cap, cap))
+                request = SummaryRequest(prompt, reply_cap, count, deadline, agent)
+                prompt, cap = prompts.send((yield request))
+        except StopIteration as done:
+            text: str = done.value
+            if agent is not None and self.redact is not None and text is not None:
+                text = self.redact(text)  # the agent's request is not redacted: its summary is
+            return text
 
     def _shared_request(self, state: LadderState, plan: _Plan) -> tuple[AgentRequest, str, int] | None:
         """The agent's request a cache-sharing summary request repeats (`agent_request`), the instruction
@@ -455,6 +515,132 @@ class Summarize:
         state.details["summarizer"] = "none"
         state.details["fallback_reason"] = reason
 
+    # ------------------------------------------------------------------ summaries ahead of time
+    def ahead_wanted(self, messages: Sequence[BaseMessage]) -> tuple[bool, dict[str, Any] | None]:
+        """For a call that finds `messages` above `ahead_at` and below the trigger: whether to start a background
+        summary (`start_ahead`), and the report for `details["ahead"]` (None: nothing to say). Cheap (one list
+        comparison): no new job while this history's job runs or is ready with what it read still in place,
+        nor without a model (the ledger costs no wait), nor during the cooldown. A job that ended without a
+        summary (failed, cancelled) or whose messages changed is dropped here, its outcome reported once."""
+        if self._call is None or self.ahead_at is None:
+            return False, None
+        key = scope(messages)
+        job = self._ahead.get(key)
+        report: dict[str, Any] | None = None
+        if job is not None:
+            status = job.outcome()
+            if status in ("running", "ready") and job.in_place(messages):
+                return False, None
+            self._ahead.pop(key)
+            report = None if status == "empty" else job.to_dict()
+            if status in ("running", "ready"):
+                report = {**job.to_dict(), "status": "changed"}
+                _cancel(job)
+        cooling = self._cooldown.check()
+        if cooling is not None:
+            return False, report or {"status": "cooldown", "error": str(cooling)}
+        return True, report
+
+    def start_ahead(self, messages: Sequence[BaseMessage], state: Callable[[], LadderState],
+                    run: Run) -> dict[str, Any] | None:
+        """Start summarizing in the background what this strategy would summarize now of `messages`, the
+        history of the call: `state()` gives the ladder's state as a triggered soft pass would see it (built in
+        the background too), `_plan` (the same rule as a triggered pass) says what to summarize, and the job
+        records exactly the messages it read (`ahead.AheadJob`). In a worker thread (`run="thread"`) or an asyncio
+        task on the running loop (`run="task"`; the planning in a worker thread, off the loop). Returns the report
+        for `details["ahead"]` ({"status": "started"}), or None without a model. Its failure (logged; reported
+        on the next call; the cooldown starts as after an inline failure) and its cancellation never raise into
+        a call."""
+        call = self._call
+        key = scope(messages)
+        if call is None or key is None:
+            return None
+        job = AheadJob(key=key)
+
+        def plan() -> tuple[LadderState, _Plan] | None:
+            st = state()
+            p = self._plan(st)
+            if p is None or not p.messages:
+                return None
+            job.read(st.messages, p.replaced)
+            job.identifiers = p.identifiers  # what the guard extracts of them: not again at the compacting call
+            return st, p
+
+        def steps(st: LadderState, p: _Plan) -> Generator[SummaryRequest, str, str]:
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
+            return self._model_text(st, p, deadline, job.report)
+
+        def work() -> str | None:
+            planned = plan()
+            if planned is None:
+                return None
+            text = drive(steps(*planned), call.invoke)
+            job.calls, job.input_tokens = planned[1].calls, planned[1].input_tokens
+            return text
+
+        async def awork() -> str | None:
+            planned = await asyncio.to_thread(plan)
+            if planned is None:
+                return None
+            text = await adrive(steps(*planned), call.ainvoke)
+            job.calls, job.input_tokens = planned[1].calls, planned[1].input_tokens
+            return text
+
+        self._ahead.put(job)
+        start(job, run, work, awork, self._ahead_failed)
+        return {"status": "started"}
+
+    def _ahead_failed(self, exc: BaseException) -> str:
+        """Report a background summary's failure (logged) and start the cooldown for a model failure, as an inline
+        one does; returns its text."""
+        if isinstance(exc, SummarizationError):
+            self._cooldown.failed(exc)
+            text = str(exc)
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+        logger.warning("lc-compaction: the background summary failed (the next compaction is inline): %s", text)
+        return text
+
+    def _swap_ahead(self, state: LadderState) -> bool:
+        """Put in the summary this history's background job wrote, in place of exactly the messages it read,
+        when they start what the pass would replace (`_where`), unchanged (`AheadJob.matches`), and a place for
+        them alone keeps the roles alternating: through `_commit` (the provenance and fact guards, the cap of the
+        room left now), everything after them kept as it is. Returns False (compact inline) when there is no
+        job, it is not ready (a running task is cancelled: its summary would never be used), its part changed,
+        or its summary would not be smaller than what it replaces. The job is taken out either way;
+        `details["ahead"]` says what became of it."""
+        job = self._ahead.pop(scope(state.messages))
+        if job is None:
+            return False
+        info = state.details["ahead"] = job.to_dict()
+        if info["status"] != "ready" or job.text is None:
+            _cancel(job)
+            return False
+        where = self._where(state)
+        n = len(job.covered)
+        if where is None or where.at is None or not job.matches(state.messages, where.replaced):
+            info["status"] = "changed"
+            return False
+        covered = where.replaced[:n]
+        place = self._place(state, covered)
+        evicted = [i for i in covered if not is_summary(state.slots[i].message)]
+        if place.at is None or place.replaced != covered or not evicted:
+            info["status"] = "no_place"
+            return False
+        swap = self._plan_at(state, place, evicted, job.identifiers)
+        swap.calls, swap.input_tokens = job.calls, job.input_tokens
+        text, _ = cut_to_tokens(job.text, swap.reply_cap, swap.counter.count_text)
+        done = len(state.actions)
+        self._commit(state, swap, text, None)
+        if len(state.actions) == done:  # not put in (no smaller than what it replaces): compact inline
+            info["status"] = "not_smaller"
+            return False
+        state.details.update(job.report)  # the call's figures ("summary_request", "previous_summary_cut")
+        self._fold(state, place.folds)
+        info["status"] = "used"
+        info["kept_after"] = len(where.replaced) - n
+        return True
+
     # ------------------------------------------------------------------ planning
     @staticmethod
     def _evictable(state: LadderState) -> list[int]:
@@ -502,17 +688,24 @@ class Summarize:
             i = st.end
         return i == indices[-1] + 1
 
+    def _where(self, state: LadderState) -> _Place | None:
+        """Where a summary of everything evictable and the earlier summaries goes (`_place`); None when there is
+        no conversation message to evict."""
+        previous = [i for i, s in enumerate(state.slots) if is_summary(s.message) and not s.pinned]
+        evicted = self._evictable(state)
+        if not evicted:
+            return None
+        return self._place(state, sorted(set(evicted) | set(previous)))
+
     def _plan(self, state: LadderState) -> _Plan | None:
         """What to replace (everything evictable, plus the earlier summaries), where, what to fold, and the caps;
         None when there is no conversation message to evict (an earlier summary alone is never summarized again),
         or when no place for the summary keeps the roles alternating and nothing is to be folded
         (`details["summary_skipped"]` says so)."""
         slots = state.slots
-        previous = [i for i, s in enumerate(slots) if is_summary(s.message) and not s.pinned]
-        evicted = self._evictable(state)
-        if not evicted:
+        place = self._where(state)
+        if place is None:
             return None
-        place = self._place(state, sorted(set(evicted) | set(previous)))
         evicted = [i for i in place.replaced if not is_summary(slots[i].message)]
         if place.at is None or not evicted:
             if place.at is None and not place.folds:
@@ -521,10 +714,21 @@ class Summarize:
                 return None
             return _Plan(replaced=[], messages=[], previous_text=None, identifiers=[], reply_cap=0, facts_cap=None,
                          counter=state.counter, at=0, role=place.role, folds=place.folds)
+        return self._plan_at(state, place, evicted)
+
+    def _plan_at(self, state: LadderState, place: _Place, evicted: list[int],
+                 extracted: list[Identifier] | None = None) -> _Plan:
+        """The plan of a summary of `place` (`evicted`: its conversation messages): what the fact guard
+        extracts (`extracted`: already extracted from these very messages), the facts and said lines' room and
+        the reply cap under the goal (tokens)."""
+        slots = state.slots
         replaced, at, role = place.replaced, place.at, place.role
+        assert at is not None  # a place where a summary goes
         counter = _text_counter(state.counter)
         guard = self._guard
-        identifiers = _with_earlier_passes(guard.extract_messages(slots[i].message for i in replaced),
+        if extracted is None:
+            extracted = guard.extract_messages(slots[i].message for i in replaced)
+        identifiers = _with_earlier_passes(extracted,
                                            [slots[i].message for i in replaced], self._written(state))
         facts_cap = guard.max_tokens if self.fact_guard is not False else None
         room: int | None = None  # what the goal leaves for the summary's text (tokens)
@@ -650,6 +854,17 @@ def _with_earlier_passes(identifiers: list[Identifier], replaced: list[BaseMessa
     for i in (*earlier, *identifiers):
         seen.setdefault(i.value.casefold(), i)
     return list(seen.values())
+
+
+def _cancel(job: AheadJob) -> None:
+    """Cancel `job` if it is a task still running (thread-safe; a closed loop has cancelled it already). A worker
+    thread cannot be stopped: its late summary is never used."""
+    task = job.handle
+    if isinstance(task, asyncio.Task) and not task.done():
+        try:
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        except RuntimeError:  # its loop is closed
+            pass
 
 
 def _one_call(prompt: str) -> Generator[tuple[str, int | None], str, str]:
