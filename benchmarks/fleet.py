@@ -420,6 +420,7 @@ def _verify(uri: str, run: str, convs: list[Conversation], problems: list[str]) 
     from lc_compaction.integrations.recall import read_recall
     from lc_compaction.markers import is_dropped_marker, is_shortened, is_summary, is_truncated
     from lc_compaction.offload import offload_namespace, recall_text, record_message
+    from lc_compaction.progress import note_lines, without_note
 
     pool, saver, store = _pools(uri, 2)
     records = 0
@@ -453,6 +454,8 @@ def _verify(uri: str, run: str, convs: list[Conversation], problems: list[str]) 
                 kept = stored.get(rec.id)
                 if have is not None and (have.content == rec.content):
                     continue
+                if have is not None and note_lines(have) and without_note(have).content == rec.content:
+                    continue  # it hosts the running loop's progress note, its own content intact (progress.py)
                 if have is not None and is_deduplicated(have):  # its content: the earlier result it names
                     source = earlier_copy(have, state)
                     if source is None or json.dumps(source.content) != json.dumps(rec.content):

@@ -80,6 +80,7 @@ from lc_compaction.structure import (
     normalize_system_messages,
     place_system_notes,
     repair_history,
+    running_steps,
 )
 from lc_compaction.shorten import last_resort
 from lc_compaction.strategies.drop import leave_out_marker
@@ -392,7 +393,9 @@ class _Compaction:
         return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots)) or st.over_goal()
 
     def start_second_pass(self) -> None:
-        """Shrink the protected part to the pins and the most recent step; the goal stays the target.
+        """Shrink the protected part to the pins and the most recent step; the goal stays the target, or, while the
+        latest request's tool loop runs and is most of the history (in tokens), becomes the loop goal
+        (`CompactionPolicy.loop_goal`).
         `pass_name` is "hard" when the history is over the budget (it must shrink to fit the window), else
         "relaxed" (it fits, but is above the target)."""
         st = self.state
@@ -403,6 +406,14 @@ class _Compaction:
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
         protect(st.slots, keep_from, pinned, steps)
         st.pass_name = "hard" if self.over_budget() else "relaxed"
+        loop_goal = self.policy.loop_goal()
+        if loop_goal is not None and self.goal_tokens is not None and loop_goal < self.goal_tokens:
+            loop = running_steps(msgs, steps)
+            if 2 * sum(st.slots[i].tokens for s in loop for i in s.indices) > st.total():
+                # a running loop that is most of the history: its steps fold deeper, for headroom
+                # (`policy.LOOP_TARGET_OF_TARGET`); the target stays what the result reports and the last resort
+                # cuts toward (cutting text in place toward the loop goal would only destroy it)
+                st.goal_tokens = loop_goal
 
     def last_resort(self) -> None:
         """Cut messages in place until the history fits the token budget (`shorten.last_resort`); when it cannot,

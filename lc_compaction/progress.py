@@ -11,17 +11,20 @@ and `Summarize` call `keep_progress` after their own work):
 1. No strategy removes or summarizes a step of the loop.
 2. Its old results become one-line notes first: `TruncateToolResults`, the first rung, reaches them in the second
    pass, where the kept part shrinks to the most recent step.
-3. Only when the history with those notes is still over the *limit* (the budget, or the trigger: the second pass
-   runs only then) are the loop's oldest steps folded: as few as bring it under the limit; when no number of them
-   can, as few as make it fit the budget (all of them if nothing less does); none when it already fits the budget
-   (folding would lose detail and the next call compacts again anyway). The most recent step and pinned steps
-   are never folded. When the loop's first assistant message starts with a thinking block, the loop keeps a
+3. Only when the history with those notes is still above the *goal* (the policy's target; the second pass runs only
+   when the history is over the budget, above the trigger or above the target) are the loop's oldest steps folded: as
+   few as bring it under the goal (the target, or in a loop that is most of the history the deeper
+   `CompactionPolicy.loop_goal`; issue 24: a compaction that stops just under the limit leaves no headroom, so the
+   next tool result triggers again and every compaction rewrites the prefix: on the shared coding runs, most
+   compactions came right after another); when no number of them can, the most that bring it under the limit; when
+   none can, as few as make it fit the budget (all of them if nothing less does). The most recent step and pinned
+   steps are never folded. When the loop's first assistant message starts with a thinking block, the loop keeps a
    thinking-first assistant message first (Anthropic: the active turn's must lead with its thinking block,
-   unmodified; earlier ones may be dropped): a fold takes that first step only into a step that starts with its
-   own thinking block, whose thinking stays as it is (`_Folds.plan`), and only when keeping the first step
-   cannot do what folding it does (bring the history under the limit, or make it fit the budget, or, when
-   nothing makes it fit, save the most). Over the budget, folding goes on while a fold still saves tokens.
-4. The folded steps become ONE progress note that names every call, one line each:
+   unmodified; earlier ones may be dropped): a fold takes that first step only into a step that starts with its own
+   thinking block, whose thinking stays as it is (`_Folds.plan`), and only when keeping the first step cannot do what
+   folding it does (bring the history under the limit, or make it fit the budget, or, when nothing makes it fit, save
+   the most). Over the budget, folding goes on while a fold still saves tokens.
+4. The folded steps become ONE progress note that names every call, one line each (rule 5 bounds it):
    `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
    (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
    removed silently.
@@ -29,9 +32,17 @@ and `Summarize` call `keep_progress` after their own work):
    identifiers of what it folds that the line does not show (`| facts: ...`; a truncated result's are those its
    note listed), as it does to a summary. With offload on, a line whose result is kept in the store names the
    call that reads it back.
-5. When even every step that may go folded leaves the history over the budget, the note's oldest lines lose their
+5. The note is bounded (issue 24: a note that names a hundred calls in full becomes the history, and every later
+   compaction rewrites it): a fold writes it in at most `NOTE_SHARE` of the budget, making its oldest lines
+   shorter, each step only as far as needed (`bounded_lines`): they lose their result's size and start (the call
+   and its identifiers stay), then, all but the newest `KEPT_FACTS_LINES`, their identifiers (the line says how
+   many it left out: " (+n more)"); only when even call-only lines would take more than `HARD_NOTE_SHARE` of the
+   budget are the oldest counted into one line (`- [37 earlier calls: bash x35, edit x2; 3 failed] | facts:
+   ...`), which says how many calls, by tool, how many failed, and keeps the newest of their identifiers.
+6. When even every step that may go folded leaves the history over the budget, the note's oldest lines lose their
    result's size and start and keep the call and its identifiers, as few as make it fit (`_fit_note`): before the
-   last resort, which would cut the newest result and then make the whole note terse.
+   last resort, which cuts the note before the newest step (when that step takes at most half the budget) and
+   makes the whole note terse.
 
 Where the note goes, and why there: into the content of the first `AIMessage` that remains after the folded steps
 (the assistant message whose tool calls come next), as its first text, after any leading thinking blocks. Every
@@ -47,8 +58,8 @@ covers langchain-openai's v0.3 layout); the thinking and reasoning blocks themse
 
 The note is byte-stable: its text is `markers.PROGRESS_PREFIX` and one line per call, in the order the calls were
 made, built only from the calls and their results (no counters, times or unordered sets). A later call that folds
-more takes the earlier note's lines as they are (unless rule 5 or the last resort must shorten them: the history
-cannot be sent as it is) and appends the new ones (the note moves to the new first
+more takes the earlier note's lines as they are (unless the bound, rule 5, shortens the oldest, or rule 6 or the
+last resort must: the history cannot be sent as it is) and appends the new ones (the note moves to the new first
 remaining assistant message, and the one it leaves gets its own content back). The note is recognized by its text
 alone, so this also works on a history stored as plain role/content JSON. It counts in the budget like any text.
 """
@@ -56,6 +67,7 @@ alone, so this also works on a history stored as plain role/content JSON. It cou
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -72,8 +84,11 @@ from lc_compaction._presence import Presence
 from lc_compaction.markers import (
     FACTS_SEPARATOR,
     MARK_KEY,
+    PROGRESS_PREFIX,
     before_cut,
     fence,
+    fenced_spans,
+    unfence,
     RECALL_TOOL_NAME,
     read_truncation_note,
 )
@@ -252,7 +267,174 @@ def _terse_line(line: str, guard: FactGuard) -> str:
             parts = NoteLine(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
                           failure=parts.failure)
     listed = without_keys(parts.listed())  # the identifiers stay, their keys give way (`facts.keys_fit`)
-    return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else "")
+    return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else parts.more)  # "(+n more)" stays
+
+
+NOTE_SHARE = 0.125
+"""The share of the budget (tokens) a fold makes the note's oldest lines shorter to fit in (`bounded_lines`; issue
+24; its newest `KEPT_FACTS_LINES` lines keep their identifiers, so a note may stay above it). A note that names
+every call of a long coding loop grows without end (on the shared SWE-bench runs at
+an 8,000-token window, 80 calls made an 18,000-character note: the history could not get under the target
+again, and most compactions came right after another). An eighth of the budget leaves, under the default target
+(half the window), room for the system prompt and the request (up to a quarter on the shared traces) and the
+newest steps, and so the headroom the next calls grow into."""
+
+KEPT_FACTS_LINES = 12
+"""The newest lines of a note that keep their identifiers under its bound (`bounded_lines`): only older lines lose
+them, and only older lines are ever counted. A request's short loop (the tau-bench conversations of the shared
+traces) keeps what its calls found; a coding loop's hundred calls keep those of the last twelve. Measured when
+lines beyond these lost their identifiers to make headroom (they now lose them only to fit the limit): the
+tau-bench conversations at 4,000 tokens kept 98.95% of their identifiers with 10 lines, 99.2% with 12, 99.6%
+with 15, 99.9% with 20."""
+
+HARD_NOTE_SHARE = 0.25
+"""The share of the budget (tokens) over which the note's oldest call-only lines are counted into one line
+(`bounded_lines`): until then every call stays named (an agent that no longer sees which calls it made makes them
+again, issue 12); a quarter of the budget holds about 90 call-only lines at an 8,000-token window."""
+
+COLLAPSED_RE = re.compile(r"^- \[(\d+) earlier calls: ([^\];]*)(?:; (\d+) failed)?\]")
+"""The line that stands for the oldest calls once even their terse lines would not fit the note's bound
+(`bounded_lines`): `- [37 earlier calls: bash x35, edit x2; 3 failed] | facts: ...` (how many, by tool, how
+many of them failed when any did, and the newest of their identifiers, `FACTS_CHARS` characters at most)."""
+
+
+def note_bound(state: LadderState) -> int | None:
+    """The note's bound in tokens (`NOTE_SHARE` of the budget); None without a budget."""
+    return None if state.budget_tokens is None else max(1, int(state.budget_tokens * NOTE_SHARE))
+
+
+def collapsed_counts(line: str) -> tuple[dict[str, int], int] | None:
+    """(calls by tool, failed calls) a collapsed line (`COLLAPSED_RE`) stands for; None for any other line."""
+    found = COLLAPSED_RE.match(line)
+    if found is None:
+        return None
+    tally: dict[str, int] = {}
+    for part in found.group(2).split(", "):
+        name, _, n = part.rpartition(" x")
+        if name and n.isdigit():
+            tally[name] = tally.get(name, 0) + int(n)
+    return tally, int(found.group(3) or 0)
+
+
+def _line_identifiers(line: str) -> tuple[list[str], list[str]]:
+    """(plain, from tools) identifiers a note line lists, in order, without their fences."""
+    parts = parse_line(line)
+    plain: list[str] = []
+    tool: list[str] = [v for v in parts.from_tool.split(FACTS_SEPARATOR) if v]
+    listed, at = parts.plain, 0
+    for begin, end in fenced_spans(listed):  # a terse line's plain part may hold the fenced ones
+        plain.extend(v for v in listed[at:begin].split(FACTS_SEPARATOR) if v.strip())
+        tool.extend(v for v in unfence(listed[begin:end])[1].split(FACTS_SEPARATOR) if v)
+        at = end
+    plain.extend(v for v in listed[at:].split(FACTS_SEPARATOR) if v.strip())
+    return [v.strip() for v in plain], [v.strip() for v in tool]
+
+
+def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard | None) -> str:
+    """One line for `lines` (the note's oldest, an earlier collapsed line among them): how many calls, by tool in
+    the order first made, how many failed, and the newest of the identifiers of `originals` (the same lines
+    before `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments
+    and the results' starts show), `FACTS_CHARS` characters at most, those that came from results fenced as tool
+    data; " (+more)"
+    ends a line that could not list them all."""
+    tally: dict[str, int] = {}
+    plain: dict[str, None] = {}
+    tool: dict[str, None] = {}
+    failed = 0
+    more = False
+    for line, original in zip(lines, originals):
+        parts = parse_line(original)
+        counts, fails = collapsed_counts(line) or ({(line[2:].split("(", 1)[0] or "?"): 1}, int(bool(parts.failure)))
+        failed += fails
+        more = more or bool(parts.more)
+        for name, n in counts.items():
+            tally[name] = tally.get(name, 0) + n
+        own, from_tool = _line_identifiers(original)
+        if guard is not None and not COLLAPSED_RE.match(original):  # those the call and the result's start show
+            own = [i.value for i in guard.extract(parts.call)] + own
+            from_tool = [i.value for i in guard.extract(parts.start)] + from_tool
+        for seen, values in ((plain, own), (tool, from_tool)):
+            for v in values:
+                seen.pop(v, None)
+                seen[v] = None  # the newest occurrence last
+    head = (f"- [{sum(tally.values())} earlier calls: "
+            f"{', '.join(f'{name} x{n}' for name, n in tally.items())}{f'; {failed} failed' if failed else ''}]")
+    kept_plain: list[str] = []
+    kept_tool: list[str] = []
+    room = FACTS_CHARS
+    newest = [(v, kept_tool) for v in reversed(tool)] + [(v, kept_plain) for v in reversed(plain)]
+    for v, into in newest:
+        if len(v) + len(FACTS_SEPARATOR) > room:
+            more = True
+            continue
+        room -= len(v) + len(FACTS_SEPARATOR)
+        into.insert(0, v)
+    listed = FACTS_SEPARATOR.join(x for x in (
+        FACTS_SEPARATOR.join(kept_plain), fence(FACTS_SEPARATOR.join(kept_tool), "tools") if kept_tool else "")
+        if x)
+    return head + (f"{FACTS_LEAD}{listed}" if listed else "") + (" (+more)" if more else "")
+
+
+def _call_only(line: str, guard: FactGuard | None) -> str:
+    """`_bare_line`, and " (+n more)" when that leaves out identifiers the line listed or showed in its arguments
+    (found by `guard`; without one, " (+more)" when the arguments were cut): the note says so."""
+    bare = _bare_line(line)
+    if bare == line:
+        return line
+    parts = parse_line(line)
+    own, from_tool = _line_identifiers(line)
+    n = len(own) + len(from_tool)
+    cut = parts.call not in bare
+    if guard is not None and cut:
+        n += sum(1 for i in guard.extract(parts.call) if not contains(bare, i))
+    more = n == 0 and (bool(parts.more) or (cut and guard is None))
+    return bare + (f" (+{n} more)" if n else " (+more)" if more else "")
+
+
+def bounded_lines(lines: Sequence[str], bound: int, size: Any, guard: FactGuard | None, *,
+                  drop_identifiers: bool = True) -> list[str]:
+    """`lines` (a note's, oldest first) made to fit `bound` tokens with the prefix line (`size(line)`: a line's
+    tokens; the note's are taken as the sum of its lines'), oldest first, each step only as far as needed: lines
+    lose their result's size and start (`_terse_line`, identifiers kept; without a guard, `_bare_line`); over
+    `HARD_NOTE_SHARE` of the budget (`bound` is `NOTE_SHARE` of it), those but the newest `KEPT_FACTS_LINES` lose
+    their identifiers too (`_call_only`: the call, its arguments cut to `TERSE_ARGS_CHARS`, its failure, and how
+    many identifiers it left out); and only when the note would take more than that even with every line call-only,
+    the oldest of those call-only lines are counted into one line (`COLLAPSED_RE`: how many calls by tool, how many
+    failed, and the newest identifiers of their lines), as few as bring them under it. With `drop_identifiers`
+    False, only the first step (what a fold uses when keeping every identifier still brings the history under the
+    limit: `_Folds.plan`; identifiers are dropped to fit, never for headroom alone). Unchanged when they fit. What a
+    fold writes anyway (the note moves to a new host at every fold), so no note is rewritten for it at a call that
+    folds nothing."""
+    out = list(lines)
+    total = size(PROGRESS_PREFIX) + sum(size(x) for x in out)
+    first = 1 if out and COLLAPSED_RE.match(out[0]) else 0
+
+    def shorter(x: str) -> str:
+        return _terse_line(x, guard) if guard is not None else _bare_line(x)
+
+    hard = int(bound * HARD_NOTE_SHARE / NOTE_SHARE)
+    def call_only(x: str) -> str:
+        return _call_only(x, guard)
+
+    older = len(out) - KEPT_FACTS_LINES  # the lines before the newest ones, which keep their identifiers
+    for shorten, upto, limit in ((shorter, len(out), bound), (call_only, older if drop_identifiers else first, hard)):
+        for i in range(first, upto):
+            if total <= limit:
+                break
+            if out[i].startswith("- "):
+                new = shorten(out[i])
+                total += size(new) - size(out[i])
+                out[i] = new
+    # counted only when even every line call-only would take more than the hard bound (the newest keep theirs)
+    bare = total - sum(size(x) - size(call_only(x)) for x in out[max(first, older):] if x.startswith("- "))
+    if bare <= hard or not drop_identifiers:
+        return out
+    room = size(fence("", "tools")) + FACTS_CHARS // 3 + 20  # about what the collapsed line adds, at most
+    j = first
+    while j < older and bare + room > hard:
+        bare -= size(out[j])
+        j += 1
+    return [_collapse(out[:j], lines[:j], guard), *out[j:]] if j > first else out
 
 
 # ------------------------------------------------------------------------------------------------ folding
@@ -325,6 +507,16 @@ class _Folds:
             self.upto.append(len(self.lines))
             self.calls.append(calls)
         self.start = start
+        self.guard = guard
+        self.bound = note_bound(state)
+        self._sizes: dict[str, int] = {}
+
+    def size(self, line: str) -> int:
+        """Tokens of one line of the note, its newline counted as one (memoized: a fold plans many notes)."""
+        n = self._sizes.get(line)
+        if n is None:
+            n = self._sizes[line] = self.state.counter.count_text(line) + 1
+        return n
 
     def plan(self, k: int) -> _Fold | None:
         """The fold of the first `k` steps; None when no assistant message follows them in their exchange, or
@@ -342,10 +534,18 @@ class _Folds:
         replaced: dict[int, BaseMessage] = {
             i: without_note(msgs[i]) for i in range(self.start, host)  # type: ignore[arg-type]
             if i not in folded and note_lines(msgs[i])}
-        replaced[host] = with_note(msgs[host], self.lines[:self.upto[k - 1]])  # type: ignore[arg-type]
+        lines = self.lines[:self.upto[k - 1]]
         count = state.counter.count_message
-        tokens = {i: count(m) for i, m in replaced.items()}
-        saved = sum(state.slots[i].tokens for i in folded) + sum(state.slots[i].tokens - t for i, t in tokens.items())
+        for drop in (False, True):  # identifiers leave the note only when keeping them leaves it over the limit
+            bounded = lines if self.bound is None else bounded_lines(lines, self.bound, self.size, self.guard,
+                                                                    drop_identifiers=drop)
+            replaced[host] = with_note(msgs[host], bounded)  # type: ignore[arg-type]
+            tokens = {i: count(m) for i, m in replaced.items()}
+            saved = sum(state.slots[i].tokens for i in folded) + sum(
+                state.slots[i].tokens - t for i, t in tokens.items())
+            if self.bound is None or bounded == lines or not state.over_limit(
+                    state.total() - saved, len(state.slots) - len(folded)):
+                break
         return _Fold(folded, replaced, tokens, saved, self.calls[k - 1])
 
 
@@ -377,10 +577,10 @@ def _commit(state: LadderState, plan: _Fold, strategy: str) -> None:
 
 def keep_progress(state: LadderState, *, strategy: str, guard: FactGuard | None = None) -> None:
     """Fold the oldest steps of the running request's loop into its progress note when, and only as far as, the
-    rule of the module docstring says: only in the second pass, only while over the limit. `strategy` names who
+    rule of the module docstring says: only in the second pass, only while above the goal. `strategy` names who
     folds (the action's strategy); `guard`: the fact guard of the strategy that folds (see `call_line`; with it,
-    rule 5 too)."""
-    if state.pass_name == "soft" or not state.over_limit():
+    rule 6 too)."""
+    if state.pass_name == "soft" or not (state.over_limit() or state.over_goal()):
         return
     while _fold_some(state, strategy, guard):
         pass  # over the budget and nothing fits: fold again while a fold saves (a thinking step may now lead)
@@ -399,26 +599,33 @@ def _fold_some(state: LadderState, strategy: str, guard: FactGuard | None) -> bo
     # the orders to fold in, oldest first; a thinking-first loop tries first to keep its first step (see `plan`)
     orders = [candidates]
     if starts_with_thinking(state.messages[loop[0].start]) and candidates[0] == loop[0]:
-        orders = [candidates[1:], candidates] if len(candidates) > 1 else [candidates]
+        orders = [candidates[1:], candidates]
     over_budget = state.over_budget()
     fits_budget: _Fold | None = None
     widest: _Fold | None = None
-    for order in orders:
+    for order in orders:  # an order that keeps the thinking first step is tried whole before one that folds it
         folds = _Folds(state, order, *bounds, guard)
+        deepest: _Fold | None = None  # the widest plan of this order under the limit
         for k in range(1, len(order) + 1):
             plan = folds.plan(k)
-            if plan is None:
+            if plan is None or plan.saved <= 0:
                 continue
-            tokens = state.total() - plan.saved
-            if not state.over_limit(tokens, len(state.slots) - len(plan.removed)):
+            if not state.would_be_over_goal(plan.saved, len(plan.removed)):
                 _commit(state, plan, strategy)
                 return False
-            if plan.saved <= 0:
-                continue
+            tokens = state.total() - plan.saved
+            if not state.over_limit(tokens, len(state.slots) - len(plan.removed)) and (
+                    deepest is None or plan.saved > deepest.saved):
+                deepest = plan
             if fits_budget is None and not state.over_budget(tokens):
                 fits_budget = plan
             if widest is None or plan.saved > widest.saved:
                 widest = plan
+        if deepest is not None:
+            _commit(state, deepest, strategy)  # no fold reaches the goal: the deepest under the limit
+            return False
+        if order is not candidates and not state.over_limit():
+            return False  # keeping the thinking first step already leaves the history under the limit
     chosen = fits_budget or widest  # under the limit in any order first, then the budget in the earliest
     if not over_budget or chosen is None:
         return False

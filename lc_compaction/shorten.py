@@ -328,7 +328,9 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     the budget and then cut again at the next call.
 
     Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
-    (`progress.py`: it names the calls already made), the latest request last; the largest first in each group;
+    (`progress.py`: it names the calls already made), then the newest step when it takes at most half the budget
+    (issue 24: the result the model has just asked for reaches it whole whenever it fits in half the budget; a
+    model that does not see it asks again, and loops), the latest request last; the largest first in each group;
     the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
     terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
     enough, cut like any message. Each is cut to what the
@@ -366,6 +368,7 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     steps = state.steps()
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
+    sacred = recent_tokens <= budget // 2  # the newest step goes whole, before the note and the pins (issue 24)
     tried: set[int] = set()
     # toward the target only when cutting can reach it (else, as before the target, to the budget: cutting every
     # message to nothing toward an unreachable target would only destroy what still fits)
@@ -374,7 +377,8 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
             return
-        i = min(candidates, key=lambda k: (k == latest, slots[k].pinned or k in noted, -slots[k].tokens))
+        i = min(candidates, key=lambda k: (k == latest, sacred and k in recent, slots[k].pinned or k in noted,
+                                           -slots[k].tokens))
         tried.add(i)
         if i in noted and _terse(state, i) and state.total() <= budget:
             return

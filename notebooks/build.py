@@ -312,15 +312,33 @@ def quickstart() -> Cells:
         print("tokens after: ", table.tokens_after.sum() + overhead, "=", result.tokens_after)
         """),
         md("""
-        A truncated tool result keeps its place, its id and its `tool_call_id`; only its content becomes a one-line
-        note with the original size and the start of the text, so the model knows the call happened and what it
-        returned in outline.
+        The conversation ends in the middle of a request: its tool loop is running (the model is about to read the
+        last results). The loop's steps are never dropped: its oldest steps were *folded* into one progress note, at
+        the start of the first assistant message that remains, one line per call already made (its arguments, and
+        the result's size, start or identifiers), so the model still sees what it did and does not call it again.
+        Inside a loop that is most of the history, folding goes deeper than the target, so the next calls have room
+        to grow before anything changes again. A long note keeps its newest lines whole and makes its oldest
+        shorter.
         """),
         code("""
-        row = table[table.outcome == "truncated"].iloc[0]
-        print(f"before ({row.tokens_before} tokens):", trace.messages[row["index"]].content[:300], "...")
-        print()
-        print(f"after ({row.tokens_after} tokens):", result.messages[row.index_after].content)
+        note = next(m.text for m in result.messages if m.text.startswith("[lc-compaction progress note"))
+        lines = [line for line in note.split("\\n\\n")[0].split("\\n")[1:] if line.startswith("- ")]
+        print(note.split("\\n")[0])
+        print(f"{len(lines)} calls named; the first and the last two lines:")
+        for line in [lines[0], *lines[-2:]]:
+            print(" ", line[:300])
+        """),
+        md("""
+        A truncated tool result keeps its place, its id and its `tool_call_id`; only its content becomes a one-line
+        note with the original size and the start of the text, so the model knows the call happened and what it
+        returned in outline. Here, the results outside the running loop that were not dropped:
+        """),
+        code("""
+        for row in table[table.outcome == "truncated"].head(1).itertuples():
+            print(f"before ({row.tokens_before} tokens):", trace.messages[row.index].content[:300], "...")
+            print()
+            print(f"after ({row.tokens_after} tokens):", result.messages[row.index_after].content)
+        print(f"{(table.outcome == 'truncated').sum()} truncated result(s) left in the history")
         """),
         md("""
         ## The actions
@@ -329,7 +347,8 @@ def quickstart() -> Cells:
         saved. Truncation went first; because the protected recent part was itself over the target, it also
         truncated older results inside that part (sparing the three most recent). Dropping then removed the oldest
         exchanges, each whole (a request and everything up to the next one); of the first exchange only the answer
-        went, because the first request is always kept.
+        went, because the first request is always kept; and it folded the running loop's oldest steps into the
+        progress note.
         """),
         code("""
         actions = pd.DataFrame([action.to_dict() for action in result.actions])

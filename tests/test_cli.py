@@ -468,10 +468,14 @@ def _break_figures(conversations: list[dict]) -> tuple[int, int]:
     return breaks, after
 
 
-@pytest.mark.parametrize("window", ["6000", "4000"])
-def test_replay_table_says_why_a_bill_ratio_is_above_1_and_only_then(window: str):
-    data = json.loads(_run("replay", "--json", "--max-input-tokens", window).stdout)
-    table = _run("replay", "--max-input-tokens", window).stdout
+@pytest.mark.parametrize("args", [("6000",), ("4000",), ("6000", "--target", "fraction=0.7")])
+def test_replay_table_says_why_a_bill_ratio_is_above_1_and_only_then(args: tuple[str, ...]):
+    """The notes under the table explain every bill ratio above 1, and only those. A target of 70% of a
+    6,000-token window leaves too little headroom on the bundled tau-bench conversations: the next calls compact
+    again and break the cached prefix, so that file pays more than it saves (the default target, half the
+    window, does not)."""
+    data = json.loads(_run("replay", "--json", "--max-input-tokens", *args).stdout)
+    table = _run("replay", "--max-input-tokens", *args).stdout
     notes = " ".join(table.split("peak input:", 1)[1].split())  # the text under the table, unwrapped
     rows = [(Path(f["path"]).name, f, f["by_conversation"]) for f in data["files"]]
     rows.append(("total", data, [c for f in data["files"] for c in f["by_conversation"]]))
@@ -485,5 +489,5 @@ def test_replay_table_says_why_a_bill_ratio_is_above_1_and_only_then(window: str
             assert f"{name}: bill ratio {figures['bill_ratio']:.3f}, above 1" in notes
             assert f"cached prefix {figures['prefix_breaks']} time" in notes
             assert f"{figures['calls_after_first_compaction']} of the {figures['model_calls']} calls" in notes
-    if window == "6000":  # one of the bundled pair pays more than it saves there
+    if "--target" in args:  # one of the bundled pair pays more than it saves there
         assert above > 0

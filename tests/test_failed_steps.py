@@ -24,6 +24,7 @@ from lc_compaction.progress import _terse_line, call_line, note_lines, terse_not
 from lc_compaction.facts import FactGuard
 from lc_compaction.strategies.ledger import entries
 from lc_compaction.structure import check_invariants
+from tests.oracle.checks import COUNTED_LINE
 
 # how a step fails: the result text (body first) and its status; None: it succeeds
 FAILURES = {
@@ -136,7 +137,8 @@ def failing_loops(draw):
 def test_every_note_line_of_a_failed_call_says_so_under_any_pressure(loop, window, summarize):
     """On generated running loops with failing steps, compacted at windows from roomy to hopeless (the full lines,
     `_fit_note`'s terse lines and the last resort's bare ones all occur): every note line of a failed call says
-    so, and no line of a successful one does; so does what stands in for a kept result (its truncation note, its
+    so, and no line of a successful one does; a line that counts the oldest calls (a bounded note) says how many
+    of them failed; so does what stands in for a kept result (its truncation note, its
     cut's mark). The last line of a note the last resort cut in place may be a fragment, and is not read."""
     kinds, chars = loop
     msgs = running_loop(kinds, chars)
@@ -150,6 +152,11 @@ def test_every_note_line_of_a_failed_call_says_so_under_any_pressure(loop, windo
         if lines and is_shortened(m):
             lines = lines[:-1]
         for line in lines:
+            counted = COUNTED_LINE.match(line)
+            if counted:  # the oldest calls, counted (a bounded note): how many of them failed, exactly
+                n, fails = int(counted.group(1)), int(counted.group(3) or 0)
+                assert fails == len(failed & set(range(n))), line
+                continue
             for shown in levels(line):
                 assert says_failure(shown) == (call_of(line) in failed), (kinds[call_of(line)], shown)
         if isinstance(m, ToolMessage) and int(m.tool_call_id[1:]) in failed and m.status != "error":

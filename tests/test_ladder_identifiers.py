@@ -296,9 +296,11 @@ def test_folded_notes_keep_their_identifiers_in_the_progress_note():
     assert folded
 
 
-def test_over_the_budget_the_oldest_lines_keep_the_call_and_its_identifiers():
-    """With every step that may go folded and the history still over the budget, the note's oldest lines lose
-    their result's start (the call and its identifiers stay) before the last resort cuts anything."""
+def test_over_the_note_bound_the_oldest_lines_keep_the_call_and_say_what_they_left_out():
+    """Past the note's bound (`progress.NOTE_SHARE` of the budget, issue 24), the note's oldest lines lose their
+    result's start (the call and its identifiers stay), then their identifiers, each saying how many it left out
+    (" (+n more)"), before the last resort cuts anything: every call stays named, and no identifier leaves
+    silently."""
     policy = CompactionPolicy(max_input_tokens=4_000)
     tightened = False
     for n, (_before, result) in enumerate(agent_loop(12, policy)):
@@ -307,10 +309,13 @@ def test_over_the_budget_the_oldest_lines_keep_the_call_and_its_identifiers():
         terse = [line for line in lines if " -> " not in line]
         tightened = tightened or bool(terse)
         for line in terse:
-            assert " | facts: " in line and line.startswith("- lookup(")
+            assert line.startswith("- lookup(") and (" | facts: " in line or line.endswith(" more)")), line
         text = sent_text(result.messages)
         for c in range(2 * (n + 1)):
-            assert f'"item": {c}' in text and f"ORD-{1000 + c}" in text  # every call, every identifier
+            assert f'"item": {c}' in text  # every call
+            if f"ORD-{1000 + c}" not in text:  # an identifier left out: its line says so
+                (line,) = [x for x in lines if x.startswith(f'- lookup({{"item": {c}}})')]
+                assert line.endswith(" more)"), line
     assert tightened
     assert len(loop(12)) > len(result.messages)
 

@@ -196,8 +196,9 @@ def test_running_request_keeps_every_call(window: int):
     """At more windows, over every shared conversation: at each model call, every tool call of the running request
     is in the sent history or named in its progress note, and the sent history is valid. At 2,000 tokens the
     tau-bench system prompt (about 1,250 tokens) leaves too little room on a few long loops: there, and only where
-    the last resort had to cut the message holding the progress note after making it terse, a call may be lost;
-    and at any window where no history naming every call can fit the budget (`_names_can_fit`)."""
+    the last resort had to cut the message holding the progress note after making it terse, or had cut a call's
+    arguments before it was folded, a call may be lost; and at any window where no history naming every call can fit
+    the budget (`_names_can_fit`)."""
     _running_request_sweep(window, coding=False)
 
 
@@ -206,6 +207,13 @@ def test_running_request_keeps_every_call(window: int):
 def test_running_request_keeps_every_call_in_coding_runs(window: int):
     """The same over the coding runs (issue 24, open)."""
     _running_request_sweep(window, coding=True)
+
+
+def _args_cut_in_note(sent: list, missing: list[str]) -> bool:
+    """Whether every missing call is named in a note line whose arguments the last resort had cut to fit."""
+    lines = [line for m in sent if isinstance(m, AIMessage) for line in m.text.split("\n")
+             if "cut by lc-compaction" in line.split(" -> ")[0]]
+    return all(any(line.startswith(f"- {c.split('(', 1)[0]}(") for line in lines) for c in missing)
 
 
 def _running_request_sweep(window: int, *, coding: bool) -> None:
@@ -231,8 +239,9 @@ def _running_request_sweep(window: int, *, coding: bool) -> None:
             missing = missing_running_calls(recording[:record.message_index], result.messages)
             if missing and not _names_can_fit(recording[:record.message_index], policy):
                 pass  # no history naming every call fits the budget (`_names_can_fit`): nothing can keep them all
-            elif missing and window <= 2_000 and note_cut:
-                excused += 1  # the window cannot hold every call's name (those calls stay lost afterwards)
+            elif missing and window <= 2_000 and (note_cut or _args_cut_in_note(result.messages, missing)):
+                excused += 1  # the window cannot hold every call's name (those calls stay lost afterwards), or
+                # the last resort had cut the call's arguments to fit before it was folded: named, arguments cut
             elif missing:
                 lost.append(f"{conv_id}, call {record.index}: {missing[:3]}")
 

@@ -976,15 +976,39 @@ def _named(text: str, call: dict) -> bool:
     return f"{call.get('name')}({args[:60]}" in text
 
 
+COUNTED_LINE = re.compile(r"^- \[(\d+) earlier calls: ([^\];]*)(?:; (\d+) failed)?\]", re.M)
+"""A progress note's line that counts its oldest calls instead of naming them (issue 24: a bounded note), by
+tool: `- [37 earlier calls: bash x35, edit x2; 3 failed]`."""
+
+
+def counted_calls(text: str) -> dict[str, int]:
+    """Calls by tool name that the counted lines of `text` stand for."""
+    counts: dict[str, int] = {}
+    for m in COUNTED_LINE.finditer(text):
+        for part in m.group(2).split(", "):
+            name, _, n = part.rpartition(" x")
+            if name and n.isdigit():
+                counts[name] = counts.get(name, 0) + int(n)
+    return counts
+
+
 def missing_running_calls(history: Sequence[BaseMessage], sent: Sequence[BaseMessage]) -> list[str]:
     """The tool calls of the running request of `history` (the uncompacted history before a model call) that
     `sent` (what the model received) neither holds (an AIMessage with a tool call of the same id and name) nor
-    names in the text of an assistant message (a progress note); each as "name(args) id"."""
+    names in the text of an assistant message (a progress note) nor counts there (a counted line: the oldest
+    calls of its tool that are not named, as many as it says); each as "name(args) id"."""
     held = {(c.get("id"), c.get("name")) for m in sent if is_ai(m) for c in (m.tool_calls or [])}
     texts = "\n".join(text_of(m.content) for m in sent if is_ai(m))
-    return [f"{c.get('name')}({json.dumps(c.get('args'), ensure_ascii=False)[:80]}) {c.get('id')}"
-            for c in running_calls(history)
-            if (c.get("id"), c.get("name")) not in held and not _named(texts, c)]
+    counted = counted_calls(texts)
+    missing = []
+    for c in running_calls(history):
+        if (c.get("id"), c.get("name")) in held or _named(texts, c):
+            continue
+        if counted.get(c.get("name"), 0) > 0:
+            counted[c.get("name")] -= 1
+            continue
+        missing.append(f"{c.get('name')}({json.dumps(c.get('args'), ensure_ascii=False)[:80]}) {c.get('id')}")
+    return missing
 
 
 def new_adjacent_user_turns(input: Sequence[BaseMessage], output: Sequence[BaseMessage]) -> list[str]:
