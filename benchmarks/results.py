@@ -13,7 +13,7 @@ from typing import Any
 from benchmarks.bill import CLEAR, OURS, ROWS, STUB_SUMMARY_CHARS
 from benchmarks.cells import HEADLINE, RELOADED
 
-__all__ = ["HEADLINE", "bill_targets", "render", "render_bill", "summary", "targets"]
+__all__ = ["HEADLINE", "bill_targets", "coding_targets", "render", "render_bill", "summary", "targets"]
 
 SUMMARIZATION = "SummarizationMiddleware.before_model"
 FIRING_CORE = "compact(), exact, tally from the previous call"
@@ -30,6 +30,11 @@ ANCHOR_BILL_TARGET = 0.75
 """Issue 13: the default policy's bill at most this times ContextEditingMiddleware's, at every window."""
 IDENTIFIER_TARGET = 0.99
 """Issue 13: at least this share of (call, identifier) pairs kept by the default policy (tau-bench)."""
+CODING_BILL_TARGETS = {8_000: 0.40, 16_000: 0.60, 32_000: 0.80, 64_000: 0.95}
+"""Issue 24: the default policy's bill on the coding runs relative to no compaction (whole messages as the cache
+key, cached price 0.1), at most this at each window (tokens)."""
+COMMAND_TARGETS = {8_000: 0.95, 32_000: 0.99}
+"""Issue 24: at least this share of the next command's identifiers that appeared earlier present in what is sent."""
 
 
 def _ms(x: float) -> str:
@@ -149,7 +154,7 @@ def bill_targets(results: dict[str, Any]) -> list[dict[str, str]]:
 def _bill_section(results: dict[str, Any]) -> list[str]:
     bill = results.get("bill")
     ids = results.get("identifiers")
-    if not bill and not ids:
+    if not bill and not ids and not results.get("coding_bill"):
         return []
     lines = ["## The bill under the provider's prompt cache (issue 13)", ""]
     if bill:
@@ -172,20 +177,8 @@ def _bill_section(results: dict[str, Any]) -> list[str]:
                   "`trigger=(\"tokens\", 0.8 * window)`, `keep=(\"tokens\", 0.5 * window)` and a stub summarizer "
                   f"(the first {STUB_SUMMARY_CHARS:,} characters of the summarized transcript, about 400 tokens).",
                   ""]
-        rows = []
-        for window, by_row in bill["windows"].items():
-            for name in ROWS:
-                f = by_row[name]
-                label = f"**{name}**" if name == OURS else name
-                rows.append([f"{int(window):,}", label, f"{f['bill_ratio']:.3f}" if f["bill_ratio"] is not None
-                             else "n/a", f"{f['compactions']:,}", f"{f.get('arrival_edit_calls', 0):,}",
-                             f"{f['back_to_back_compactions']:,}",
-                             f"{f['prefix_breaks']:,}", f"{100 * f['tokens_saved_fraction']:.1f}%",
-                             f"{f['over_window_calls']:,}",
-                             f"{f['fitting_conversations_bill_raised']} of {f['fitting_conversations']}"])
-        lines += _table(["window", "", "bill (vs none)", "compactions", "arrival edits", "back-to-back",
-                         "prefix breaks",
-                         "tokens saved", "calls over the window", "bill raised on conversations that fit"], rows)
+        lines += _bill_table(bill)
+    lines += _coding_section(results)
     if ids:
         lines += [f"Identifiers (`lc_compaction.recall`: reservation ids, flight numbers, codes, amounts, e-mails, "
                   "user and payment ids, long numbers; its own patterns, not the fact guard's): at every model call "
@@ -207,6 +200,92 @@ def _bill_section(results: dict[str, Any]) -> list[str]:
         lines += ["Goals of issue 13 for the default policy:", "",
                   *_table(["target", "measured", "status"], [[t["target"], t["measured"], t["status"]] for t in goals])]
     return lines
+
+
+def _bill_table(bill: dict[str, Any]) -> list[str]:
+    """The rows of one bill table (`bill.bill_benchmark`'s dict), every row at every window."""
+    rows = []
+    for window, by_row in bill["windows"].items():
+        for name in ROWS:
+            f = by_row[name]
+            label = f"**{name}**" if name == OURS else name
+            rows.append([f"{int(window):,}", label, f"{f['bill_ratio']:.3f}" if f["bill_ratio"] is not None
+                         else "n/a", f"{f['compactions']:,}", f"{f.get('arrival_edit_calls', 0):,}",
+                         f"{f['back_to_back_compactions']:,}",
+                         f"{f['prefix_breaks']:,}", f"{100 * f['tokens_saved_fraction']:.1f}%",
+                         f"{f['over_window_calls']:,}",
+                         f"{f['fitting_conversations_bill_raised']} of {f['fitting_conversations']}"])
+    return _table(["window", "", "bill (vs none)", "compactions", "arrival edits", "back-to-back",
+                   "prefix breaks", "tokens saved", "calls over the window", "bill raised on conversations that fit"],
+                  rows)
+
+
+def _coding_section(results: dict[str, Any]) -> list[str]:
+    """The coding runs' tables (issue 24): the bill under both cache keys, the next command's identifiers."""
+    lines: list[str] = []
+    whole, tokens, commands = results.get("coding_bill_whole"), results.get("coding_bill"), results.get("commands")
+    if whole:
+        lines += ["### Coding agents: one request, a hundred tool steps (issue 24)", "",
+                  f"The {whole['conversations']} SWE-bench runs of the shared traces (mini-swe-agent, one `bash` "
+                  "tool), replayed and billed as above, first with **whole messages as the cache key** (no credit "
+                  "inside the first message that differs: issue 24's reference figures), then with the package's "
+                  "own rule (the common token prefix inside that message counts too). The two differ on the "
+                  "calls that compact: the progress note sits at the start of the first assistant message after "
+                  "the request, and a later fold keeps its lines and appends (its oldest lines are made shorter "
+                  "only in steps), so the request after a fold shares the note's unchanged start with the one "
+                  "before it; OpenAI's cache works on token prefixes of the request, which the second rule "
+                  "follows.", "", "Whole messages as the cache key:", "", *_bill_table(whole)]
+    if tokens:
+        lines += ["Token prefixes (the package's rule, `lc_compaction.billing`):", "", *_bill_table(tokens)]
+    if commands:
+        lines += [f"The next command's identifiers (`recall.CODE_PATTERNS`: paths, `file:line`, `line N`, pytest "
+                  "ids, error types, `def`/`class` names, dotted names, hashes) that appeared earlier in the "
+                  "conversation, at every model call: how many of them what is sent holds, by kind, and of those "
+                  f"that came only from tool output ({commands['conversations']} runs).", ""]
+        rows = []
+        for window, by_row in commands["windows"].items():
+            for name, f in by_row.items():
+                kinds = "; ".join(f"{k} {100 * v['held_fraction']:.0f}% of {v['seen']:,}"
+                                  for k, v in f["command_identifiers_by_kind"].items()
+                                  if v["held_fraction"] is not None)
+                frac, tool = f["command_identifiers_held_fraction"], f["tool_command_identifiers_held_fraction"]
+                rows.append([f"{int(window):,}", f"**{name}**" if name == OURS else name,
+                             f"{100 * frac:.1f}%" if frac is not None else "n/a",
+                             f"{100 * tool:.1f}%" if tool is not None else "n/a", kinds])
+        lines += _table(["window", "", "held", "held, tool-only", "by kind"], rows)
+    goals = coding_targets(results)
+    if goals:
+        lines += ["Goals of issue 24 for the default policy:", "",
+                  *_table(["target", "measured", "status"], [[t["target"], t["measured"], t["status"]] for t in goals])]
+    return lines
+
+
+def coding_targets(results: dict[str, Any]) -> list[dict[str, str]]:
+    """The goals of issue 24 on the coding tables, as ``{"target", "measured", "status"}``."""
+    out: list[dict[str, str]] = []
+
+    def add(target: str, measured: str, ok: bool) -> None:
+        out.append({"target": target, "measured": measured, "status": "met" if ok else "MISSED"})
+
+    for key, rule in (("coding_bill_whole", "whole messages"), ("coding_bill", "token prefixes")):
+        for window, rows in results.get(key, {}).get("windows", {}).items():
+            ours = rows[OURS]
+            ratio, goal = ours["bill_ratio"], CODING_BILL_TARGETS.get(int(window))
+            if goal is not None and ratio is not None:
+                add(f"coding bill ({rule}) at {int(window):,} tokens <= {goal:.2f}", f"{ratio:.3f}", ratio <= goal)
+            if key == "coding_bill_whole":
+                n, b2b = ours["compactions"], ours["back_to_back_compactions"]
+                add(f"coding: at most {BACK_TO_BACK_TARGET:.0%} of compactions back-to-back at {int(window):,} "
+                    "tokens", f"{b2b} of {n}" + (f" ({b2b / n:.0%})" if n else ""), b2b <= BACK_TO_BACK_TARGET * n)
+                add(f"coding: no call over the window at {int(window):,} tokens", f"{ours['over_window_calls']}",
+                    ours["over_window_calls"] == 0)
+    for window, rows in results.get("commands", {}).get("windows", {}).items():
+        f, goal = rows[OURS], COMMAND_TARGETS.get(int(window))
+        frac = f["command_identifiers_held_fraction"]
+        if goal is not None and frac is not None:
+            add(f"next command's identifiers held at {int(window):,} tokens >= {goal:.0%}",
+                f"{frac:.1%} ({f['command_identifiers_held']:,} of {f['command_identifiers_seen']:,})", frac >= goal)
+    return out
 
 
 def render_bill(results: dict[str, Any], *, command: str) -> str:

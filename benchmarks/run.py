@@ -39,11 +39,19 @@ import click
 from tqdm import tqdm
 
 from benchmarks.accuracy import accuracy
-from benchmarks.bill import BILL_WINDOWS, IDENTIFIER_WINDOWS, bill_benchmark, identifier_benchmark, limited
+from benchmarks.bill import (
+    BILL_WINDOWS,
+    COMMAND_WINDOWS,
+    IDENTIFIER_WINDOWS,
+    bill_benchmark,
+    command_benchmark,
+    identifier_benchmark,
+    limited,
+)
 from benchmarks.cells import HEADLINE, Cell, Situation, firing_cells, headline_cell, steady_cells
 from benchmarks.machine import machine_info
 from benchmarks.profiling import profile_calls
-from benchmarks.results import bill_targets, render, render_bill, summary, targets
+from benchmarks.results import bill_targets, coding_targets, render, render_bill, summary, targets
 from benchmarks.session import (
     REPO_ROOT,
     build_session,
@@ -54,6 +62,7 @@ from benchmarks.session import (
 from benchmarks.timing import flush_caches, measure, paired_ratio, peak_memory
 from langchain_core.messages.utils import count_tokens_approximately
 from lc_compaction import TiktokenCounter
+from lc_compaction.billing import PromptCache
 from tests.shared_data import traces_dir as default_traces_dir
 
 DEFAULT_SIZES = (250, 1_000, 2_000, 8_000)
@@ -158,6 +167,11 @@ def _windows(value: str) -> list[int]:
     return windows
 
 
+CODING_FILE_PREFIX = "swe_agent"
+"""Trace files of coding-agent runs (one request, a hundred tool steps): their bill gets its own tables (issue 24),
+beside the other conversations'."""
+
+
 def bill_tables(traces: Path, *, model_name: str, bill_windows: list[int] | None = None,
                 identifier_windows: list[int] | None = None, bill_conversations: int | None = None
                 ) -> dict[str, Any]:
@@ -168,8 +182,16 @@ def bill_tables(traces: Path, *, model_name: str, bill_windows: list[int] | None
         paths = limited(trace_files(traces), bill_conversations, Path(tmp))
         bill_windows = list(BILL_WINDOWS) if bill_windows is None else bill_windows
         identifier_windows = list(IDENTIFIER_WINDOWS) if identifier_windows is None else identifier_windows
-        if bill_windows:
-            out["bill"] = bill_benchmark(paths, windows=bill_windows, model_name=model_name)
+        coding = [p for p in paths if p.name.startswith(CODING_FILE_PREFIX)]
+        others = [p for p in paths if p not in coding]
+        if bill_windows and others:
+            out["bill"] = bill_benchmark(others, windows=bill_windows, model_name=model_name)
+        if bill_windows and coding:  # issue 24: the coding runs beside the others, under both cache keys
+            out["coding_bill"] = bill_benchmark(coding, windows=bill_windows, model_name=model_name)
+            out["coding_bill_whole"] = bill_benchmark(coding, windows=bill_windows, model_name=model_name,
+                                                      cache=PromptCache(whole_messages=True))
+            out["commands"] = command_benchmark(coding, windows=[w for w in COMMAND_WINDOWS if w in bill_windows]
+                                                or list(COMMAND_WINDOWS), model_name=model_name)
         if identifier_windows:
             out["identifiers"] = identifier_benchmark(paths, windows=identifier_windows, model_name=model_name)
     return out
@@ -296,7 +318,8 @@ def main(sizes: str, repeat: int, warmup: int, budget_s: float, traces: Path | N
         output.write_text(render_bill(tables, command=command), encoding="utf-8")
         if json_path is not None:
             json_path.write_text(json.dumps(tables, indent=1), encoding="utf-8")
-        click.echo("\n".join(f"{t['status']:>7}  {t['target']}: {t['measured']}" for t in bill_targets(tables)))
+        click.echo("\n".join(f"{t['status']:>7}  {t['target']}: {t['measured']}"
+                              for t in [*bill_targets(tables), *coding_targets(tables)]))
         click.echo(f"wrote {output} ({time.perf_counter() - started:.0f} s)")
         return
     output = output or REPO_ROOT / "benchmarks" / "RESULTS.md"

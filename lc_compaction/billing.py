@@ -76,6 +76,10 @@ class PromptCache:
         min_tokens: the shortest shared prefix that is cached, tokens.
         step_tokens: cached tokens are `min_tokens` plus a whole number of these steps, tokens.
         cached_price: a cached token's price over an uncached one (0 <= price <= 1).
+        whole_messages: True to share whole messages only (no credit inside the first message that differs: the
+            cache key of a replay that compares requests message by message, as issue 24's reference figures
+            do); False (default): the common token prefix inside that message counts too (`shared_prefix_tokens`),
+            closer to OpenAI's cache, which works on token prefixes of the request.
 
     Raises:
         ValueError: a negative `min_tokens`, a `step_tokens` below 1, or `cached_price` outside [0, 1].
@@ -85,6 +89,7 @@ class PromptCache:
     min_tokens: int = OPENAI_CACHE_MIN_TOKENS
     step_tokens: int = OPENAI_CACHE_STEP_TOKENS
     cached_price: float = DEFAULT_CACHED_PRICE
+    whole_messages: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) or self.min_tokens < 0:
@@ -109,14 +114,15 @@ class PromptCache:
 
     def describe(self) -> str:
         """One line naming the rule and the price, for reports."""
-        return (f"{self.name} prompt cache: the longest prefix shared with the previous request, in "
+        unit = "whole messages" if self.whole_messages else "tokens"
+        return (f"{self.name} prompt cache: the longest prefix shared with the previous request ({unit}), in "
                 f"{self.step_tokens:,}-token steps from {self.min_tokens:,} tokens; cached tokens at "
                 f"{self.cached_price:g} of the input price")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings and `describe()` as JSON-serializable values."""
         return {"name": self.name, "min_tokens": self.min_tokens, "step_tokens": self.step_tokens,
-                "cached_price": self.cached_price, "rule": self.describe()}
+                "cached_price": self.cached_price, "whole_messages": self.whole_messages, "rule": self.describe()}
 
 
 # ------------------------------------------------------------------------------------------ the shared prefix
@@ -178,9 +184,10 @@ def _partial_tokens(a: BaseMessage, b: BaseMessage, counter: TokenCounter) -> in
 
 
 def shared_prefix_tokens(previous: Sequence[BaseMessage], current: Sequence[BaseMessage],
-                         counter: TokenCounter) -> tuple[int, int]:
+                         counter: TokenCounter, *, whole_messages: bool = False) -> tuple[int, int]:
     """The prefix `current` shares with `previous`, as `(tokens, messages)`: its tokens by `counter` (see the
-    module docstring for the method) and the number of leading messages sent alike (`same_on_wire`).
+    module docstring for the method; with `whole_messages`, only the leading messages sent alike) and the number
+    of leading messages sent alike (`same_on_wire`).
 
     Never more than `counter.count_messages(previous)` minus its reply priming. 0 tokens when either is empty.
     """
@@ -191,7 +198,7 @@ def shared_prefix_tokens(previous: Sequence[BaseMessage], current: Sequence[Base
             break
         tokens += counter.count_message(b)
         n += 1
-    if n < len(previous) and n < len(current):
+    if n < len(previous) and n < len(current) and not whole_messages:
         tokens += _partial_tokens(previous[n], current[n], counter)
     return tokens, n
 
@@ -238,7 +245,7 @@ class BillMeter:
         """
         sent = list(messages)
         total = self.counter.count_messages(sent) if input_tokens is None else input_tokens
-        shared, n = shared_prefix_tokens(self._previous, sent, self.counter)
+        shared, n = shared_prefix_tokens(self._previous, sent, self.counter, whole_messages=self.cache.whole_messages)
         shared = min(shared, total)
         cached = min(self.cache.cached_tokens(shared), total)
         self._previous = sent

@@ -468,9 +468,9 @@ def _break_figures(conversations: list[dict]) -> tuple[int, int]:
     return breaks, after
 
 
-@pytest.mark.parametrize("args", [("6000",), ("4000",), ("6000", "--target", "fraction=0.7")])
+@pytest.mark.parametrize("args", [("6000",), ("4000",), ("6000", "--target", "fraction=0.75")])
 def test_replay_table_says_why_a_bill_ratio_is_above_1_and_only_then(args: tuple[str, ...]):
-    """The notes under the table explain every bill ratio above 1, and only those. A target of 70% of a
+    """The notes under the table explain every bill ratio above 1, and only those. A target of 75% of a
     6,000-token window leaves too little headroom on the bundled tau-bench conversations: the next calls compact
     again and break the cached prefix, so that file pays more than it saves (the default target, half the
     window, does not)."""

@@ -330,7 +330,7 @@ def test_split_line_reads_every_form_of_a_line():
     found = {i.value: i.source for i in parse_listed(listed)}
     assert found == {"ZZ9999": None, "HAT102": "get_reservation", "42": "get_reservation",
                      "guest2@example.com": "get_reservation", "gift_card_7002": "get_reservation"}
-    assert f"{len(result.content):,}" not in head and "ZZ9999" not in head and '"RS002Q' in head
+    assert f"{len(result.content):,}" not in head and "ZZ9999" not in head and "reservation_id: RS002Q" in head
     assert line.count(UNTRUSTED_DATA_FENCE[0]) == 1  # one fence for the result's start and its identifiers
     assert split_line(call_line(call, result)) == (head, "")
 
