@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +100,8 @@ from lc_compaction.structure import Step, running_steps, split_exchanges
 if TYPE_CHECKING:
     from lc_compaction.ladder import LadderState
 
-__all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "fold_steps", "keep_progress", "note_lines",
+__all__ = ["ARGS_CHARS", "FACTS_CHARS", "PREVIEW_CHARS", "call_line", "counted_note", "fold_steps", "keep_progress",
+           "note_lines",
            "running_steps", "split_line", "terse_note", "with_note", "without_note"]
 
 PREVIEW_CHARS = 100
@@ -236,6 +237,32 @@ def terse_note(message: AIMessage) -> AIMessage:
     if not lines:
         return message
     return with_note(message, [_bare_line(line) if line.startswith("- ") else line for line in lines])
+
+
+def counted_note(message: AIMessage, fits: Callable[[AIMessage], bool]) -> AIMessage:
+    """`message` with its progress note's oldest lines counted into one line (`COLLAPSED_RE`: how many calls by
+    tool, how many failed), as few as make `fits(new message)` true, all but the newest when none does: what the
+    last resort does to a note before cutting its text (`shorten.last_resort`), so that every call stays named or
+    counted. `message` itself when its note has fewer than two lines."""
+    lines = note_lines(message)
+    first = 1 if lines and COLLAPSED_RE.match(lines[0]) else 0
+    if len(lines) - first < 2:
+        return message
+
+    def counted(j: int) -> AIMessage:
+        return with_note(message, [_collapse(lines[:j], lines[:j], None), *lines[j:]])
+
+    lo, hi = first + 1, len(lines) - 1  # the fewest counted that fit (monotone: binary search)
+    best = counted(hi)
+    if fits(best):
+        while lo < hi:
+            mid = (lo + hi) // 2
+            attempt = counted(mid)
+            if fits(attempt):
+                hi, best = mid, attempt
+            else:
+                lo = mid + 1
+    return best
 
 
 TERSE_ARGS_CHARS = 60

@@ -60,7 +60,7 @@ from lc_compaction.markers import (
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction._note import note_lines
-from lc_compaction.progress import terse_note
+from lc_compaction.progress import counted_note, terse_note
 from lc_compaction.structure import is_request, tool_calls_of
 
 MIN_TOKENS_TO_CUT = 50
@@ -332,7 +332,8 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     (issue 24: the result the model has just asked for reaches it whole whenever it fits in half the budget; a
     model that does not see it asks again, and loops), the latest request last; the largest first in each group;
     the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
-    terse (`progress.terse_note`: each call named without its result's size and start), then, if that is not
+    terse (`progress.terse_note`: each call named without its result's size and start), then its oldest calls
+    are counted by tool (`progress.counted_note`: every call still named or counted), then, if that is not
     enough, cut like any message. Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
     candidate to its marker could not fit (the system prompt alone is too large), the history is over the budget
@@ -382,11 +383,27 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
         tried.add(i)
         if i in noted and _terse(state, i) and state.total() <= budget:
             return
+        if i in noted and _count(state, i, budget) and state.total() <= budget:
+            return
         if i == latest or slots[i].pinned or i in noted or is_summary(slots[i].message):
             level = budget
         else:
             level = max(low, budget - recent_tokens) if i in recent else low
         _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - level), 1))
+
+
+def _count(state: LadderState, i: int, budget: int) -> bool:
+    """Replace message `i`'s progress note by one whose oldest lines are counted (`progress.counted_note`), as few
+    as make the history fit `budget`; whether it got smaller."""
+    rest = state.total() - state.slots[i].tokens
+    count = state.counter.count_message
+    new = counted_note(state.slots[i].message, lambda m: rest + count(m) <= budget)  # type: ignore[arg-type]
+    tokens = count(new)
+    if tokens >= state.slots[i].tokens:
+        return False
+    state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
+                  detail="progress note: its oldest calls counted by tool, to fit the budget")
+    return True
 
 
 def _terse(state: LadderState, i: int) -> bool:
