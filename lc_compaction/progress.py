@@ -70,7 +70,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -252,14 +252,22 @@ def counted_note(message: AIMessage, fits: Callable[[AIMessage], bool]) -> AIMes
     def counted(j: int) -> AIMessage:
         return with_note(message, [_collapse(lines[:j], lines[:j], None), *lines[j:]])
 
-    lo, hi = first + 1, len(lines) - 1  # the fewest counted that fit (monotone: binary search)
-    best = counted(hi)
+    return _fewest(first + 1, len(lines) - 1, counted, fits)
+
+
+T = TypeVar("T")
+
+
+def _fewest(lo: int, hi: int, attempt: Callable[[int], T], fits: Callable[[T], bool]) -> T:
+    """`attempt(j)` for the smallest j in [lo, hi] whose attempt `fits`, `attempt(hi)` when none does; `fits` is
+    monotone in j (more lines shortened never fit worse): a binary search, O(log n) attempts."""
+    best = attempt(hi)
     if fits(best):
         while lo < hi:
             mid = (lo + hi) // 2
-            attempt = counted(mid)
-            if fits(attempt):
-                hi, best = mid, attempt
+            tried = attempt(mid)
+            if fits(tried):
+                hi, best = mid, tried
             else:
                 lo = mid + 1
     return best
@@ -351,9 +359,8 @@ def collapsed_counts(line: str) -> tuple[dict[str, int], int] | None:
     return tally, int(found.group(3) or 0)
 
 
-def _line_identifiers(line: str) -> tuple[list[str], list[str]]:
-    """(plain, from tools) identifiers a note line lists, in order, without their fences."""
-    parts = parse_line(line)
+def _line_identifiers(parts: NoteLine) -> tuple[list[str], list[str]]:
+    """(plain, from tools) identifiers a note line (`parse_line`'s parts) lists, in order, without their fences."""
     plain: list[str] = []
     tool: list[str] = [v for v in parts.from_tool.split(FACTS_SEPARATOR) if v]
     listed, at = parts.plain, 0
@@ -370,8 +377,7 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
     the order first made, how many failed, and the newest of the identifiers of `originals` (the same lines
     before `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments
     and the results' starts show), `FACTS_CHARS` characters at most, those that came from results fenced as tool
-    data; " (+more)"
-    ends a line that could not list them all."""
+    data; " (+more)" ends a line that could not list them all."""
     tally: dict[str, int] = {}
     plain: dict[str, None] = {}
     tool: dict[str, None] = {}
@@ -384,7 +390,7 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
         more = more or bool(parts.more)
         for name, n in counts.items():
             tally[name] = tally.get(name, 0) + n
-        own, from_tool = _line_identifiers(original)
+        own, from_tool = _line_identifiers(parts)
         if guard is not None and not COLLAPSED_RE.match(original):  # those the call and the result's start show
             own = [i.value for i in guard.extract(parts.call)] + own
             from_tool = [i.value for i in guard.extract(gapless(parts.start))] + from_tool
@@ -417,7 +423,7 @@ def _call_only(line: str, guard: FactGuard | None) -> str:
     if bare == line:
         return line
     parts = parse_line(line)
-    own, from_tool = _line_identifiers(line)
+    own, from_tool = _line_identifiers(parts)
     n = len(own) + len(from_tool)
     cut = parts.call not in bare
     if guard is not None and cut:
@@ -448,6 +454,7 @@ def bounded_lines(lines: Sequence[str], bound: int, size: Any, guard: FactGuard 
         return _terse_line(x, guard) if guard is not None else _bare_line(x)
 
     hard = int(bound * HARD_NOTE_SHARE / NOTE_SHARE)
+
     def call_only(x: str) -> str:
         return _call_only(x, guard)
 
@@ -696,16 +703,7 @@ def _fit_note(state: LadderState, strategy: str, guard: FactGuard) -> None:
                                   for k, line in enumerate(lines)])
         return new, count(new)
 
-    lo, hi = 1, len(full)  # the fewest lines made terse that fit (monotone in j: binary search, O(log n) counts)
-    best = tightened(hi)
-    if not state.over_budget(rest + best[1]):
-        while lo < hi:
-            mid = (lo + hi) // 2
-            attempt = tightened(mid)
-            if state.over_budget(rest + attempt[1]):
-                lo = mid + 1
-            else:
-                hi, best = mid, attempt
+    best = _fewest(1, len(full), tightened, lambda attempt: not state.over_budget(rest + attempt[1]))
     if best[1] < state.slots[host].tokens:
         state.replace(host, best[0], strategy=strategy, kind="shortened", tokens=best[1],
                       detail="progress note: its oldest lines without their result's size and start, identifiers "
