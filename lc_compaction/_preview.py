@@ -29,7 +29,7 @@ try:  # a dependency on CPython (as langsmith's, which langchain-core needs); Py
 except ImportError:  # pragma: no cover
     orjson = None  # type: ignore[assignment]
 
-__all__ = ["GAP", "LINE_CHARS", "SIGNAL", "SIGNAL_LINES", "gap", "gapless", "line_count", "preview"]
+__all__ = ["GAP", "LINE_CHARS", "SIGNAL", "SIGNAL_LINES", "gap", "gapless", "line_count", "preview", "signal_lines"]
 
 LINE_CHARS = 160
 """Characters of one line a preview keeps (whitespace collapsed); a longer one is cut and ends with `...`. A
@@ -95,6 +95,18 @@ _LONG_DIGITS = b"0" * 19
 """A run of 19 digits (in a text whose digits are all made 0): it may be an integer over 64 bits, which orjson
 reads as a float (`json` as an int). A translation and a substring search: C speed, where a regular expression
 tried at every digit cost more than orjson saves."""
+
+
+def signal_lines(text: str) -> str:
+    """The lines of `text` a next command most often needs, newest first, one per line: its lines that carry an
+    error or an exit status (`SIGNAL`, from the end back) and its last three lines; "" for a text of one line or
+    without any. What a list of its identifiers reads before the text in order (`progress.call_line`: a failing
+    test's id, the `file.py:N` and the error type of a traceback sit at a test run's end)."""
+    if "\n" not in text.strip():
+        return ""
+    tail = _numbered(text, _line_start_back(text, len(text), 3), len(text), 0)
+    picked = [line for _, line in [*reversed(_signals(text, 0, len(text), 1)), *reversed(tail)]]
+    return "\n".join(dict.fromkeys(picked))
 
 
 def _json(text: str) -> Any:

@@ -81,7 +81,7 @@ from lc_compaction._content import (
 )
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
-from lc_compaction._preview import gapless, preview
+from lc_compaction._preview import gapless, preview, signal_lines
 from lc_compaction.markers import (
     FACTS_SEPARATOR,
     MARK_KEY,
@@ -204,7 +204,9 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         return True
 
     # the first identifiers of the call and the result's start, then those a truncated result's note lists
-    shown, left = guard.first(f"{own}\n{full}", new, FACTS_CHARS)
+    # (the result's error and exit-status lines and its last lines first: `_preview.signal_lines`)
+    signals = signal_lines(full) if result is not None else ""
+    shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS)
     if left == 0:
         for i in (Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v):
             if new(i):

@@ -42,6 +42,7 @@ from lc_compaction._content import (
     with_block_text,
 )
 from lc_compaction._kinds import TOOL, kind
+from lc_compaction._preview import gap
 from lc_compaction.dedup import content_sha256
 from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond, tool_names, tool_of
 from lc_compaction.ladder import LadderState
@@ -212,10 +213,40 @@ def _with_block_args(block: dict[str, Any], args: Any) -> dict[str, Any]:
     return block
 
 
+TAIL_SHARE = 0.4
+"""The share of the characters a cut tool result keeps (`shorten`) that come from its end, whole lines (issue 24: a
+test run's failures, its error and its exit code sit at the END of its output; a cut that kept only the head of a
+61,000-character pytest run dropped the FAILED lines the next command needs). The rest is its head, and a gap
+line (`_preview.gap`) says how many lines went between them."""
+
+MIN_HEAD_TAIL_CHARS = 200
+"""Characters below which a cut keeps only the head of a result (a head and a tail of a few characters each would
+be two fragments, not a start and an end)."""
+
+
+def _head_and_tail(text: str, keep: int) -> tuple[str, int]:
+    """What a cut of a tool result's text to `keep` characters keeps, and how many of its characters that is: its
+    head and, when the text has lines beyond the head, its last whole lines (`TAIL_SHARE` of `keep`), with a gap
+    line between them (not counted as kept: it is the cut's own text); the head alone otherwise."""
+    if keep >= len(text) or keep < MIN_HEAD_TAIL_CHARS:
+        return text[:keep], min(keep, len(text))
+    start = text.find("\n", len(text) - int(keep * TAIL_SHARE)) + 1  # the tail: whole lines
+    head_len = keep - (len(text) - start)
+    if start <= 0 or start >= len(text) or head_len <= 0 or not text[start:].strip():
+        return text[:keep], keep
+    line_end = text.rfind("\n", 0, head_len)
+    if line_end > head_len * 0.7:  # the head ends at a line's end when one is near
+        head_len = line_end + 1
+    head = text[:head_len]
+    between = max(text.count("\n", head_len, start), 1)
+    return f"{head.rstrip()}\n{gap(between)}\n{text[start:]}", head_len + len(text) - start
+
+
 def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = False,
             args_fraction: float | None = None, recall: str | None = None,
             beyond: Callable[[str, str], str] | None = None) -> BaseMessage:
-    """A copy of `message` whose text keeps its first `keep_chars` characters (in block order), with a marker.
+    """A copy of `message` whose text keeps `keep_chars` characters (in block order), with a marker: its first
+    ones, or of a tool result whose content is a string, its head and its last lines (`TAIL_SHARE`).
 
     Args:
         message: any message (its id, type, tool_call_id and tool-call ids and names are kept).
@@ -245,10 +276,12 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
     what = "result" if message.type == "tool" else "message"
     list_for = beyond if recall is None else None
     if isinstance(content, str):
-        removed = max(len(content) - keep_chars, 0)
-        listed = list_for(content, content[:keep_chars]) if list_for is not None and removed else ""
-        new_content: Any = content[:keep_chars] + (_marker(removed, (), recall, what, listed)
-                                                   if removed or not cut_ids or recall is not None else "")
+        kept_text, kept = (_head_and_tail(content, keep_chars) if message.type == "tool"
+                           else (content[:keep_chars], min(keep_chars, len(content))))
+        removed = max(len(content) - kept, 0)
+        listed = list_for(content, kept_text) if list_for is not None and removed else ""
+        new_content: Any = kept_text + (_marker(removed, (), recall, what, listed)
+                                        if removed or not cut_ids or recall is not None else "")
     else:
         out: list[Any] = []
         budget = keep_chars
@@ -328,9 +361,10 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     the budget and then cut again at the next call.
 
     Order: messages not pinned first, then pinned ones and the one holding the running request's progress note
-    (`progress.py`: it names the calls already made), then the newest step when it takes at most half the budget
-    (issue 24: the result the model has just asked for reaches it whole whenever it fits in half the budget; a
-    model that does not see it asks again, and loops), the latest request last; the largest first in each group;
+    (`progress.py`: it names the calls already made), then the newest step (issue 24: the result the model has
+    just asked for reaches it whole whenever it fits in half the budget; a model that does not see it asks again,
+    and loops; a newest step over half the budget is first cut down to half of it, no further, as far as the
+    budget needs, before anything else is cut), the latest request last; the largest first in each group;
     the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
     terse (`progress.terse_note`: each call named without its result's size and start), then its oldest calls
     are counted by tool (`progress.counted_note`: every call still named or counted), then, if that is not
@@ -369,7 +403,16 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     steps = state.steps()
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
-    sacred = recent_tokens <= budget // 2  # the newest step goes whole, before the note and the pins (issue 24)
+    if recent_tokens > budget // 2:  # too large to go whole: cut down to half the budget, and no further first
+        for i in sorted((i for i in recent if cuttable(i) and i != latest and not slots[i].pinned),
+                        key=lambda k: -slots[k].tokens):
+            if recent_tokens <= budget // 2 or state.total() <= budget:
+                break
+            before = slots[i].tokens
+            over = min(recent_tokens - budget // 2, state.total() - budget)
+            _cut_to_fit(state, i, want=max(before - over, 1))
+            recent_tokens -= before - slots[i].tokens
+    # the newest step goes whole (or as cut above), after the note and the pins (issue 24)
     tried: set[int] = set()
     # toward the target only when cutting can reach it (else, as before the target, to the budget: cutting every
     # message to nothing toward an unreachable target would only destroy what still fits)
@@ -378,7 +421,7 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
             return
-        i = min(candidates, key=lambda k: (k == latest, sacred and k in recent, slots[k].pinned or k in noted,
+        i = min(candidates, key=lambda k: (k == latest, k in recent, slots[k].pinned or k in noted,
                                            -slots[k].tokens))
         tried.add(i)
         if i in noted and _terse(state, i) and state.total() <= budget:
@@ -485,7 +528,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
         removed = mark["removed_blocks"]
         args = mark.get("removed_argument_chars")
         state.replace(i, best, strategy="last_resort", kind="shortened",
-                      detail=f"message alone over the budget: cut from {length:,} characters of text"
+                      detail=f"cut to fit the budget: from {length:,} characters of text"
                              + (f", removed {', '.join(removed)}" if removed else "")
                              + (f", {args:,} characters of tool-call arguments cut" if args else ""))
 
