@@ -11,8 +11,8 @@ message, the history so far is compacted and the compacted history replaces it);
 `billing.DEFAULT_OUTPUT_PRICE`, 4 uncached input tokens a token, OpenAI's gpt-4o ratio). Counts are the exact
 counter's (tiktoken, gpt-4o's encoding); bills are in units of uncached input tokens. The agent's own replies are
 not billed (the recorded ones, the same under every row). The summarizer is `lc_compaction.testing.ScriptedSummarizer`
-(deterministic, no network: a 1,600-character digest of what it is sent, so both request forms get replies of the
-same size). Rows:
+(deterministic, no network: a digest of what it is sent, 400 words of one token each after a short head, so every
+request form gets replies of the same size). Rows:
 
 - **default policy**: `CompactionPolicy(max_input_tokens=window)` (truncate tool results, then drop old
   exchanges): no summary call.
@@ -235,7 +235,7 @@ def markdown(recorded: dict[str, Any], long: dict[str, Any], *, session_messages
              f"tokens at {DEFAULT_OUTPUT_PRICE:g} (gpt-4o: $2.50 input, $10.00 output per 1M tokens). A summary "
              "call is billed against the agent's previous request; the agent's replies are not billed (the same "
              "recorded ones in every row). The summarizer is the scripted one (`lc_compaction.testing."
-             "ScriptedSummarizer`: a 1,600-character digest of its input, about 400 tokens, for either request "
+             "ScriptedSummarizer`: a digest of its input of about 420 tokens, the same for every request "
              "form). \"total vs default\" is the row's total bill over the default policy's at the same window; "
              "\"summary calls (cache-sharing)\" counts the calls and, in parentheses, those that repeated the "
              "agent's request.", "",
@@ -257,8 +257,8 @@ def markdown(recorded: dict[str, Any], long: dict[str, Any], *, session_messages
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--traces", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
-              help="Folder of the shared traces (*.jsonl).")
+@click.option("--traces", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Folder of the shared traces (*.jsonl); needed unless --from-json.")
 @click.option("--session-messages", default=SESSION_MESSAGES, show_default=True, type=click.IntRange(50),
               help="Messages of each long session.")
 @click.option("--sessions", "n_sessions", default=SESSIONS, show_default=True, type=click.IntRange(1))
@@ -268,17 +268,28 @@ def markdown(recorded: dict[str, Any], long: dict[str, Any], *, session_messages
               help="Write the markdown here (else print it).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the figures as JSON.")
-def main(traces: Path, session_messages: int, n_sessions: int, windows: str, output: Path | None,
-         json_path: Path | None) -> None:
+@click.option("--from-json", "from_json", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Write the markdown from the figures a previous run wrote with --json (no replay).")
+def main(traces: Path | None, session_messages: int, n_sessions: int, windows: str, output: Path | None,
+         json_path: Path | None, from_json: Path | None) -> None:
     """Write the summary-call bill tables (see the module docstring)."""
     started = time.perf_counter()
-    wins = tuple(int(w) for w in windows.split(","))
-    recorded = [(t.id, t.messages) for p in sorted(traces.glob("*.jsonl")) for t in load_traces(p)]
-    first = summary_bill(recorded, windows=wins)
-    second = summary_bill(sessions(traces, session_messages, n_sessions), windows=wins)
-    text = markdown(first, second, session_messages=session_messages, seconds=time.perf_counter() - started)
+    if from_json is not None:
+        data = json.loads(from_json.read_text(encoding="utf-8"))
+        first, second = data["recorded"], data["sessions"]
+        session_messages, seconds = data.get("session_messages", session_messages), data.get("seconds", 0.0)
+    else:
+        if traces is None:
+            raise click.UsageError("give --traces DIR (or --from-json FILE)")
+        wins = tuple(int(w) for w in windows.split(","))
+        recorded = [(t.id, t.messages) for p in sorted(traces.glob("*.jsonl")) for t in load_traces(p)]
+        first = summary_bill(recorded, windows=wins)
+        second = summary_bill(sessions(traces, session_messages, n_sessions), windows=wins)
+        seconds = time.perf_counter() - started
+    text = markdown(first, second, session_messages=session_messages, seconds=seconds)
     if json_path is not None:
-        json_path.write_text(json.dumps({"recorded": first, "sessions": second}, indent=1) + "\n", encoding="utf-8")
+        json_path.write_text(json.dumps({"recorded": first, "sessions": second, "session_messages": session_messages,
+                                         "seconds": round(seconds, 1)}, indent=1) + "\n", encoding="utf-8")
     if output is None:
         click.echo(text)
     else:

