@@ -212,7 +212,9 @@ def _goals(result: dict[str, Any]) -> list[str]:
         else:
             cached = f"cached share {_pct(share)} ({'met' if share >= 0.8 else 'missed'}: >= 80%)"
         within = ""
-        if int(window) >= 16_000:
+        if share is None:
+            within = "; nothing to compare (the rows bill alike)"
+        elif int(window) >= 16_000:
             verdict = "met" if ratio <= 1.1 else "missed"
             within = f"; total {ratio:.3f} of the default's ({verdict}: at most 1.100)"
         out.append(f"- {int(window):,}: {cached}{within}")
@@ -252,7 +254,7 @@ def markdown(recorded: dict[str, Any], long: dict[str, Any], *, session_messages
              "recorded conversations joined, each a new user request; `benchmarks/session.py`)", "",
              *_table(long), "",
              "Goals (cache-sharing row):", *_goals(long), "",
-             f"Run time: {seconds:.0f} s.", ""]
+             f"Run time: {seconds:.0f} s (wall clock, on a shared machine).", ""]
     return "\n".join(lines)
 
 
