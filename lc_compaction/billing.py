@@ -23,6 +23,16 @@ Published figures, which change; check the provider's pricing page for a model:
 - Gemini: 0.25 for implicit caching on the Gemini 2.5 models (a 75% discount, Gemini API pricing); Google Cloud
   now documents a 90% discount (0.1) for implicit caching (Vertex / Gemini Enterprise, Context cache overview).
 
+**Summary calls** (`BillMeter.bill_summary`, `SummaryBill`). A summary call is billed like an agent call, by the
+same rule, against the agent's previous request (the one the meter holds): a cache-sharing summary request
+(`Summarize(share_agent_request=True)`: the agent's request repeated, the instruction appended) shares the whole
+of it, so most of its input is a cache read; a transcript prompt (one user message: our domain prompt and a
+transcript) shares at most a role header, under the 1,024-token minimum, and is billed uncached. The summary call
+does not become the previous request: the agent's next call is billed against the agent's previous one (a
+provider keeps both prefixes for minutes), so the agent's bills are the same with and without summary calls
+counted. Its output tokens are billed at `output_price` uncached input tokens each (default
+`DEFAULT_OUTPUT_PRICE`, 4). The agent's own replies are not billed: they are the recorded ones under every policy.
+
 **The shared prefix** (`shared_prefix_tokens`), exact for the counter and cheap: requests are compared message by
 message, as sent (role, name, content, tool calls' ids, names and arguments, a tool result's tool_call_id; ids and
 metadata are not sent). The leading messages that are the same count whole (`counter.count_message`, cached per
@@ -53,8 +63,8 @@ from lc_compaction.tokens import (
     TokenCounter,
 )
 
-__all__ = ["DEFAULT_CACHED_PRICE", "OPENAI_CACHE_MIN_TOKENS", "OPENAI_CACHE_STEP_TOKENS", "BillMeter", "CallBill",
-           "PromptCache", "bill_ratio", "same_on_wire", "shared_prefix_tokens"]
+__all__ = ["DEFAULT_CACHED_PRICE", "DEFAULT_OUTPUT_PRICE", "OPENAI_CACHE_MIN_TOKENS", "OPENAI_CACHE_STEP_TOKENS",
+           "BillMeter", "CallBill", "PromptCache", "SummaryBill", "bill_ratio", "same_on_wire", "shared_prefix_tokens"]
 
 OPENAI_CACHE_MIN_TOKENS = 1_024
 """Shortest prefix OpenAI caches, tokens (Prompt caching guide: prompts of 1,024 tokens or longer)."""
@@ -65,6 +75,11 @@ OPENAI_CACHE_STEP_TOKENS = 128
 DEFAULT_CACHED_PRICE = 0.1
 """A cached input token's price over an uncached one: Anthropic cache reads, OpenAI's gpt-5 family and DeepSeek's
 current models (see the module docstring for the sources and other providers)."""
+
+DEFAULT_OUTPUT_PRICE = 4.0
+"""An output token's price over an uncached input token's, for the summary calls' replies: OpenAI's ratio for
+gpt-4o ($2.50 input, $10.00 output per 1M tokens, OpenAI API pricing). Published figures, which change: other
+models' ratios are higher (gpt-5: $1.25 / $10.00, 8; Anthropic's Claude Sonnet 4: $3 / $15, 5)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +238,35 @@ class CallBill:
     billed: float
 
 
+@dataclass(frozen=True)
+class SummaryBill:
+    """One summary call's bill (`BillMeter.bill_summary`): its input billed like an agent call's, plus its output.
+
+    Attributes:
+        form: what was sent: "agent" (the agent's request and the instruction), "transcript" (our transcript
+            prompt), or another name a caller gives (e.g. "middleware" for LangChain's SummarizationMiddleware).
+        input_tokens: the request's input tokens (messages and reply priming).
+        shared_tokens: tokens of the prefix it shares with the agent's previous request.
+        cached_tokens: what the cache rule bills as cached (`PromptCache.cached_tokens`), tokens.
+        output_tokens: the reply's tokens.
+        billed_input: the input bill, in uncached-token units (`PromptCache.billed`).
+        billed_output: `output_price * output_tokens`, in uncached-token units.
+    """
+
+    form: str
+    input_tokens: int
+    shared_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    billed_input: float
+    billed_output: float
+
+    @property
+    def billed(self) -> float:
+        """The call's bill, in uncached-token units: `billed_input + billed_output`."""
+        return self.billed_input + self.billed_output
+
+
 class BillMeter:
     """Bills the requests of one conversation in order, each against the previous one.
 
@@ -250,6 +294,37 @@ class BillMeter:
         cached = min(self.cache.cached_tokens(shared), total)
         self._previous = sent
         return CallBill(total, shared, n, cached, self.cache.billed(total, cached))
+
+    def bill_summary(self, messages: Sequence[BaseMessage], *, output_tokens: int, input_tokens: int | None = None,
+                     output_price: float = DEFAULT_OUTPUT_PRICE, form: str = "") -> SummaryBill:
+        """The bill of a summary call made before the agent's next request (see the module docstring): its input
+        against the previous request (which stays the previous request), plus its output.
+
+        Args:
+            messages: what the summary request sends; or, with `input_tokens`, only its leading messages known to
+                be sent alike (a `details["summary_requests"]` entry of the "agent" form: the agent's request it
+                repeats; of the "transcript" form: none, `()`).
+            output_tokens: the reply's tokens.
+            input_tokens: the request's input tokens when already counted (default
+                `counter.count_messages(messages)`).
+            output_price: an output token's price over an uncached input token's (default `DEFAULT_OUTPUT_PRICE`).
+            form: names what was sent (`SummaryBill.form`).
+
+        Raises:
+            ValueError: a negative `output_tokens` or `output_price`.
+        """
+        if isinstance(output_price, bool) or not isinstance(output_price, (int, float)) or output_price < 0:
+            raise ValueError(f"output_price: an output token's price over an uncached input token's, >= 0, "
+                             f"got {output_price!r}")
+        if output_tokens < 0:
+            raise ValueError(f"output_tokens: a number of tokens >= 0, got {output_tokens!r}")
+        sent = list(messages)
+        total = self.counter.count_messages(sent) if input_tokens is None else input_tokens
+        shared, _ = shared_prefix_tokens(self._previous, sent, self.counter, whole_messages=self.cache.whole_messages)
+        shared = min(shared, total)
+        cached = min(self.cache.cached_tokens(shared), total)
+        return SummaryBill(form, total, shared, cached, output_tokens, self.cache.billed(total, cached),
+                           output_price * output_tokens)
 
 
 def bill_ratio(billed: float, billed_uncompacted: float) -> float | None:

@@ -13,7 +13,12 @@ reply priming), so "sent" and "uncompacted" are measured alike. Times are wall-c
 Each call is also billed (`billing`): under a `PromptCache` (OpenAI's rule and a cached price of 0.1 by default)
 the sent history is compared with the previous call's, and so is the uncompacted history with the previous
 uncompacted one, giving the cached tokens and the input bill (in units of uncached input tokens) with and
-without compaction. And each call looks up the identifiers of the recording so far in what was sent
+without compaction. With `agent_model` (the agent's chat model, also the summarizer: a `Summarize(model=...)` of
+the same model), every call's compaction is given the agent's previous request (`compact(...,
+agent_request=...)`: the previous call's sent history, through `agent_model`), so a summary may repeat it (the
+cache-sharing request); each summary call a compaction made (`details["summary_requests"]`) is billed too
+(`BillMeter.bill_summary`: its input against the agent's previous request, plus its output at `output_price`),
+beside the agent's call that follows it. And each call looks up the identifiers of the recording so far in what was sent
 (`recall.IdentifierTracker`: patterns independent of the fact guard).
 """
 
@@ -25,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 
 from lc_compaction._drive import adrive, drive
-from lc_compaction.billing import BillMeter, PromptCache, bill_ratio
+from lc_compaction.agent_request import AgentRequest
+from lc_compaction.billing import DEFAULT_OUTPUT_PRICE, BillMeter, PromptCache, SummaryBill, bill_ratio
 from lc_compaction.compact import CompactionResult, acompact, compact
 from lc_compaction.policy import CompactionPolicy
 from lc_compaction.recall import CODE_PATTERNS, IdentifierTracker
@@ -42,8 +49,10 @@ __all__ = ["CallRecord", "ConversationReplay", "FileReplay", "ReplayError", "Rep
            "areplay_files", "command_figures", "percentile", "policy_dict", "replay_conversation", "replay_files",
            "summarize_calls"]
 
-CompactFn = Callable[[list[BaseMessage], CompactionPolicy], CompactionResult]
-ACompactFn = Callable[[list[BaseMessage], CompactionPolicy], Awaitable[CompactionResult]]
+CompactFn = Callable[..., CompactionResult]
+"""`compact_fn(history, policy)` (and `agent_request=` with `agent_model`) -> `CompactionResult`."""
+ACompactFn = Callable[..., Awaitable[CompactionResult]]
+"""The async `compact_fn`: `await compact_fn(history, policy)` (and `agent_request=`) -> `CompactionResult`."""
 OnCall = Callable[["CallRecord", list[BaseMessage], CompactionResult], None]
 """`on_call(record, history_in, result)`: called after each model call's compaction with the history that went
 in (carried history plus the new recorded messages) and the `CompactionResult` (whose `.messages` were sent)."""
@@ -104,6 +113,14 @@ class CallRecord:
         tool_command_identifiers_seen / tool_command_identifiers_held: the same for those that appeared earlier
             only in tool results.
         command_identifiers_by_kind: `{kind: [seen, held, tool_seen, tool_held]}` (`recall.CODE_PATTERNS`).
+        summary_calls: summary calls this call's compaction made (`details["summary_requests"]`: those that
+            answered; a transcript prompt in chunks makes several).
+        summary_forms: their forms, in order ("agent": the agent's request repeated; "transcript").
+        summary_input_tokens / summary_cached_tokens / summary_output_tokens: their input tokens, the part billed
+            as cached (against the agent's previous request: `BillMeter.bill_summary`) and their output tokens,
+            summed.
+        summary_billed: their bill (input and output, the output at the replay's `output_price`), in
+            uncached-token units.
     """
 
     index: int
@@ -142,6 +159,17 @@ class CallRecord:
     tool_command_identifiers_seen: int = 0
     tool_command_identifiers_held: int = 0
     command_identifiers_by_kind: dict[str, list[int]] = field(default_factory=dict)
+    summary_calls: int = 0
+    summary_forms: list[str] = field(default_factory=list)
+    summary_input_tokens: int = 0
+    summary_cached_tokens: int = 0
+    summary_output_tokens: int = 0
+    summary_billed: float = 0.0
+
+    @property
+    def billed_total(self) -> float:
+        """The call's input bill and its summary calls' bill, in uncached-token units."""
+        return self.billed_input + self.summary_billed
 
     def to_dict(self) -> dict[str, Any]:
         """The record as JSON-serializable values (same names as the attributes)."""
@@ -165,7 +193,12 @@ class CallRecord:
                 "command_identifiers_held": self.command_identifiers_held,
                 "tool_command_identifiers_seen": self.tool_command_identifiers_seen,
                 "tool_command_identifiers_held": self.tool_command_identifiers_held,
-                "command_identifiers_by_kind": {k: list(v) for k, v in self.command_identifiers_by_kind.items()}}
+                "command_identifiers_by_kind": {k: list(v) for k, v in self.command_identifiers_by_kind.items()},
+                "summary_calls": self.summary_calls, "summary_forms": list(self.summary_forms),
+                "summary_input_tokens": self.summary_input_tokens,
+                "summary_cached_tokens": self.summary_cached_tokens,
+                "summary_output_tokens": self.summary_output_tokens, "summary_billed": round(self.summary_billed, 2),
+                "billed_total": round(self.billed_total, 2)}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -209,13 +242,21 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         any), command_identifiers_by_kind (`{kind: {"seen", "held", "held_fraction", "tool_seen", "tool_held"}}`);
         prefix_breaks (calls whose cached prefix broke: `CallRecord.prefix_broken`), calls_after_first_compaction
         (calls after their conversation's first compaction: `CallRecord.after_compaction`), what decides whether
-        compaction lowers the bill (`bill_ratio` below 1) or raises it.
+        compaction lowers the bill (`bill_ratio` below 1) or raises it;
+        summary_calls, summary_agent_calls (of the "agent" form), summary_input_tokens, summary_cached_tokens,
+        summary_cached_fraction (of summary_input_tokens; None without summary calls), summary_output_tokens,
+        summary_billed (input and output, uncached-token units; see `CallRecord`), billed_total (billed_input
+        plus summary_billed) and bill_ratio_total (billed_total over billed_input_uncompacted: the bill with
+        the summary calls counted, against no compaction).
     """
     ms = [c.compaction_ms for c in calls]
     unc = sum(c.tokens_uncompacted for c in calls)
     sent = sum(c.tokens_sent for c in calls)
     billed = sum(c.billed_input for c in calls)
     billed_unc = sum(c.billed_input_uncompacted for c in calls)
+    summary_in = sum(c.summary_input_tokens for c in calls)
+    summary_cached = sum(c.summary_cached_tokens for c in calls)
+    summary_billed = sum(c.summary_billed for c in calls)
     ids = sum(c.identifiers_so_far for c in calls)
     ids_held = sum(c.identifiers_held for c in calls)
     tool_ids = sum(c.tool_identifiers_so_far for c in calls)
@@ -244,6 +285,15 @@ def summarize_calls(calls: Sequence[CallRecord], *, max_input_tokens: int | None
         "billed_input": round(billed, 2),
         "billed_input_uncompacted": round(billed_unc, 2),
         "bill_ratio": bill_ratio(billed, billed_unc),
+        "summary_calls": sum(c.summary_calls for c in calls),
+        "summary_agent_calls": sum(c.summary_forms.count("agent") for c in calls),
+        "summary_input_tokens": summary_in,
+        "summary_cached_tokens": summary_cached,
+        "summary_cached_fraction": _fraction(summary_cached, summary_in),
+        "summary_output_tokens": sum(c.summary_output_tokens for c in calls),
+        "summary_billed": round(summary_billed, 2),
+        "billed_total": round(billed + summary_billed, 2),
+        "bill_ratio_total": bill_ratio(billed + summary_billed, billed_unc),
         "back_to_back_compactions": sum(1 for c in calls if c.back_to_back),
         "prefix_breaks": sum(1 for c in calls if c.prefix_broken),
         "calls_after_first_compaction": sum(1 for c in calls if c.after_compaction),
@@ -333,7 +383,8 @@ class _Replayer:
     """The bookkeeping shared by the sync and async replays (compaction itself is done by the caller)."""
 
     def __init__(self, messages: Sequence[BaseMessage], policy: CompactionPolicy, conversation_id: str,
-                 on_call: OnCall | None, cache: PromptCache | None):
+                 on_call: OnCall | None, cache: PromptCache | None, agent_model: BaseChatModel | None = None,
+                 output_price: float = DEFAULT_OUTPUT_PRICE):
         self.recording = _with_ids(messages, conversation_id)
         self.policy = policy
         self.counter = policy.counter
@@ -346,6 +397,30 @@ class _Replayer:
         self.meter = BillMeter(self.cache, self.counter)
         self.meter_uncompacted = BillMeter(self.cache, self.counter)
         self.identifiers = IdentifierTracker()
+        self.agent_model = agent_model
+        self.output_price = output_price
+        self.previous_request: AgentRequest | None = None  # the agent's previous request (with `agent_model`)
+
+    def compact_args(self) -> dict[str, Any]:
+        """The keyword arguments of the next `compact_fn` call: the agent's previous request with `agent_model`
+        (none before the first call), nothing without."""
+        return {} if self.agent_model is None else {"agent_request": self.previous_request}
+
+    def bill_summaries(self, result: CompactionResult) -> list[SummaryBill]:
+        """The bills of the summary calls `result` reports (`details["summary_requests"]`), each against the
+        agent's previous request: a request of the "agent" form repeats it (its leading messages are those of the
+        previous request passed to `compact_fn`), a transcript prompt shares none of its messages."""
+        bills = []
+        for sent in result.details.get("summary_requests") or ():
+            agent = self.previous_request
+            prefix: Sequence[BaseMessage] = ()
+            if sent.get("form") == "agent" and agent is not None:
+                prefix = [*([agent.system] if agent.system is not None else []), *agent.messages]
+                prefix = prefix[: int(sent.get("prefix_messages", len(prefix)))]
+            bills.append(self.meter.bill_summary(prefix, input_tokens=int(sent["input_tokens"]),
+                                                 output_tokens=int(sent.get("output_tokens", 0)),
+                                                 output_price=self.output_price, form=str(sent.get("form", ""))))
+        return bills
 
     def steps(self) -> Iterator[int]:
         """Yield the index of each recorded assistant message (time to compact), appending the others."""
@@ -360,6 +435,7 @@ class _Replayer:
         uncompacted = self.recording[:i]
         tokens_uncompacted = self.counter.count_messages(uncompacted)
         tokens_sent = self.counter.count_messages(sent)
+        summaries = self.bill_summaries(result)  # made before this call: billed against the previous request
         bill = self.meter.bill(sent, input_tokens=tokens_sent)
         bill_uncompacted = self.meter_uncompacted.bill(uncompacted, input_tokens=tokens_uncompacted)
         held = self.identifiers.held(sent)
@@ -388,9 +464,16 @@ class _Replayer:
             tool_identifiers_so_far=held.tool_so_far, tool_identifiers_held=held.tool_held,
             command_identifiers_seen=command.seen, command_identifiers_held=command.held,
             tool_command_identifiers_seen=command.tool_seen, tool_command_identifiers_held=command.tool_held,
-            command_identifiers_by_kind={k: list(v) for k, v in command.by_kind.items()})
+            command_identifiers_by_kind={k: list(v) for k, v in command.by_kind.items()},
+            summary_calls=len(summaries), summary_forms=[b.form for b in summaries],
+            summary_input_tokens=sum(b.input_tokens for b in summaries),
+            summary_cached_tokens=sum(b.cached_tokens for b in summaries),
+            summary_output_tokens=sum(b.output_tokens for b in summaries),
+            summary_billed=sum(b.billed for b in summaries))
         self.calls.append(record)
         self.history = sent
+        if self.agent_model is not None:
+            self.previous_request = AgentRequest(model=self.agent_model, messages=tuple(sent))
         if self.on_call is not None:
             self.on_call(record, history_in, result)
 
@@ -416,7 +499,9 @@ class ReplayError(RuntimeError):
 
 def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
                         conversation_id: str | None = None, compact_fn: CompactFn = compact,
-                        on_call: OnCall | None = None, cache: PromptCache | None = None) -> ConversationReplay:
+                        on_call: OnCall | None = None, cache: PromptCache | None = None,
+                        agent_model: BaseChatModel | None = None,
+                        output_price: float = DEFAULT_OUTPUT_PRICE) -> ConversationReplay:
     """Replay one recorded conversation through compaction (see the module docstring for the semantics).
 
     Args:
@@ -424,10 +509,17 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
         policy: the `CompactionPolicy`; its counter measures every figure.
         conversation_id: names the conversation in the result and in errors; messages without an id get
             f"{conversation_id}:{index}" (default "conversation", or the trace's id).
-        compact_fn: `compact(messages, policy) -> CompactionResult`, replaceable (e.g. a wrapper).
+        compact_fn: `compact(messages, policy) -> CompactionResult`, replaceable (e.g. a wrapper). With
+            `agent_model` it is also given `agent_request=` (an `AgentRequest`, or None on the first call).
         on_call: called after each call (see `OnCall`), e.g. to check every sent history.
         cache: bills every call (`billing.PromptCache`; default: OpenAI's rule, cached tokens at
             `policy.cached_price` of the input price).
+        agent_model: the agent's chat model. Each compaction is given the agent's previous request (the previous
+            call's sent history, through this model, no tools: the traces record none), which a `Summarize` of the
+            same model repeats for a cache-sharing summary request (`Summarize.share_agent_request`). None
+            (default): no request is given (summaries use the transcript prompt). The summary calls are billed
+            either way (`CallRecord.summary_billed`).
+        output_price: a summary reply token's price over an uncached input token's (`billing.DEFAULT_OUTPUT_PRICE`: 4).
 
     Returns:
         A `ConversationReplay` with one `CallRecord` per recorded assistant message.
@@ -435,29 +527,34 @@ def replay_conversation(messages: Sequence[BaseMessage] | Trace, policy: Compact
     Raises:
         ReplayError: `compact_fn` raised (the conversation, call and recorded message index are named).
     """
-    return drive(_replay(messages, policy, conversation_id, on_call, cache),
-                 lambda history: compact_fn(history, policy))
+    rep, path = _replayer(messages, policy, conversation_id, on_call, cache, agent_model, output_price)
+    return drive(_replay(rep, path), lambda history: compact_fn(history, policy, **rep.compact_args()))
 
 
 async def areplay_conversation(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, *,
                                conversation_id: str | None = None, compact_fn: ACompactFn = acompact,
-                               on_call: OnCall | None = None, cache: PromptCache | None = None
-                               ) -> ConversationReplay:
+                               on_call: OnCall | None = None, cache: PromptCache | None = None,
+                               agent_model: BaseChatModel | None = None,
+                               output_price: float = DEFAULT_OUTPUT_PRICE) -> ConversationReplay:
     """Async twin of `replay_conversation` (awaits `compact_fn`, `acompact` by default)."""
-    return await adrive(_replay(messages, policy, conversation_id, on_call, cache),
-                        lambda history: compact_fn(history, policy))
+    rep, path = _replayer(messages, policy, conversation_id, on_call, cache, agent_model, output_price)
+    return await adrive(_replay(rep, path), lambda history: compact_fn(history, policy, **rep.compact_args()))
 
 
-def _replay(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
-            on_call: OnCall | None, cache: PromptCache | None
-            ) -> Generator[list[BaseMessage], CompactionResult, ConversationReplay]:
+def _replayer(messages: Sequence[BaseMessage] | Trace, policy: CompactionPolicy, conversation_id: str | None,
+              on_call: OnCall | None, cache: PromptCache | None, agent_model: BaseChatModel | None,
+              output_price: float) -> tuple[_Replayer, Path | None]:
+    """The bookkeeping of one conversation's replay, and its trace file (None for a list of messages)."""
+    if isinstance(messages, Trace):
+        return (_Replayer(messages.messages, policy, conversation_id or messages.id, on_call, cache, agent_model,
+                          output_price), messages.path)
+    return _Replayer(messages, policy, conversation_id or "conversation", on_call, cache, agent_model,
+                     output_price), None
+
+
+def _replay(rep: _Replayer, path: Path | None) -> Generator[list[BaseMessage], CompactionResult, ConversationReplay]:
     """One conversation's replay: yields the history going into each model call, is sent its compaction (timed
     from the yield to the answer), returns the replay. An error thrown in at the yield becomes a `ReplayError`."""
-    if isinstance(messages, Trace):
-        rep = _Replayer(messages.messages, policy, conversation_id or messages.id, on_call, cache)
-        path = messages.path
-    else:
-        rep, path = _Replayer(messages, policy, conversation_id or "conversation", on_call, cache), None
     for i in rep.steps():
         history_in = rep.history
         t0 = time.perf_counter()
@@ -549,14 +646,15 @@ def _progress(total: int, progress: bool) -> tqdm[NoReturn]:
 
 def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
                  compact_fn: CompactFn = compact, on_call: OnCall | None = None,
-                 cache: PromptCache | None = None) -> ReplayReport:
+                 cache: PromptCache | None = None, agent_model: BaseChatModel | None = None,
+                 output_price: float = DEFAULT_OUTPUT_PRICE) -> ReplayReport:
     """Replay every conversation of the JSONL trace files `paths` under `policy`.
 
     Args:
         paths: trace files (see `lc_compaction.traces`); `traces.bundled_traces()` for the examples.
         policy: the `CompactionPolicy`.
         progress: show a tqdm progress bar on stderr (only when it is a terminal, and only after a second).
-        compact_fn, on_call, cache: as in `replay_conversation`.
+        compact_fn, on_call, cache, agent_model, output_price: as in `replay_conversation`.
 
     Returns:
         A `ReplayReport` (per file, per conversation, totals; `to_dict()` for JSON).
@@ -568,17 +666,20 @@ def replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress
     cache = cache or PromptCache()
     return drive(_replay_files(paths, policy, progress, cache),
                  lambda trace: replay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call,
-                                                   cache=cache))
+                                                   cache=cache, agent_model=agent_model,
+                                                   output_price=output_price))
 
 
 async def areplay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool = True, *,
                         compact_fn: ACompactFn = acompact, on_call: OnCall | None = None,
-                        cache: PromptCache | None = None) -> ReplayReport:
+                        cache: PromptCache | None = None, agent_model: BaseChatModel | None = None,
+                        output_price: float = DEFAULT_OUTPUT_PRICE) -> ReplayReport:
     """Async twin of `replay_files` (conversations replayed one after the other with `areplay_conversation`)."""
     cache = cache or PromptCache()
     return await adrive(_replay_files(paths, policy, progress, cache),
                         lambda trace: areplay_conversation(trace, policy, compact_fn=compact_fn, on_call=on_call,
-                                                           cache=cache))
+                                                           cache=cache, agent_model=agent_model,
+                                                           output_price=output_price))
 
 
 def _replay_files(paths: Iterable[str | Path], policy: CompactionPolicy, progress: bool,

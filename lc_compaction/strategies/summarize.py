@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NoReturn, Union
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 
 from lc_compaction._content import content_text
 from lc_compaction._drive import adrive, drive
@@ -255,6 +255,16 @@ class Summarize:
         summarized_messages: conversation messages replaced (an earlier summary not counted), over the passes.
         summarizer_calls: model calls made (chunks; retries not counted); summary_input_tokens: the largest
             input of one call (tokens); summary_tokens: the summary message's tokens (the policy's counter).
+        summary_requests: what each summary call that answered sent and received, in order (what a bill counts:
+            `billing.BillMeter.bill_summary`, `replay`): `[{"form", "input_tokens", "prefix_tokens",
+            "prefix_messages", "output_tokens"}]`. form: "agent" (the agent's request repeated, the instruction
+            appended: `share_agent_request`) or "transcript" (the prompt as one user message; one entry per
+            chunk); input_tokens: the request's messages and reply priming, by the policy's counter;
+            prefix_tokens / prefix_messages: its leading messages that repeat the agent's request, sent alike
+            (what a provider's cache can read; 0 for a transcript prompt); output_tokens: the reply's tokens as
+            used (after the cut at the cap), by the counter of text. A call that failed is not listed (what a
+            provider bills for it depends on where it failed). A summary written ahead of time reports its
+            calls with the call that puts it in.
         identifiers_evicted: distinct identifiers in what the summary replaced (the earlier summary included;
         over the passes: a summary the first pass wrote and the second replaced counts what it replaced);
         identifiers_kept_by_summary: how many of them the summary's own text holds (the figure without the
@@ -446,7 +456,10 @@ class Summarize:
                 reply_cap = plan.reply_cap if cap is None else max(MIN_SUMMARY_TOKENS,
                                                                    min(plan.reply_cap, cap))
                 request = SummaryRequest(prompt, reply_cap, count, deadline, agent)
-                prompt, cap = prompts.send((yield request))
+                reply = yield request
+                report.setdefault("summary_requests", []).append(
+                    _sent(state, agent, prompt, beside, count(reply) if isinstance(reply, str) else 0))
+                prompt, cap = prompts.send(reply)
         except StopIteration as done:
             text: str = done.value
             if agent is not None and self.redact is not None and text is not None:
@@ -872,6 +885,22 @@ def _one_call(prompt: str) -> Generator[tuple[str, int | None], str, str]:
     yields the prompt and no cap of its own, returns the reply."""
     reply = yield prompt, None
     return reply
+
+
+def _sent(state: LadderState, agent: AgentRequest | None, prompt: str, beside: int, output_tokens: int
+          ) -> dict[str, Any]:
+    """What one summary call sent and received, for `details["summary_requests"]` (tokens by the state's counter,
+    the output by the text counter): its form ("agent": the agent's request and the instruction; "transcript":
+    the prompt as one user message), its input (messages and reply priming), the leading part that repeats the
+    agent's request (`prefix_tokens`, `prefix_messages`: 0 for a transcript prompt) and the reply's tokens."""
+    counter = state.counter
+    if agent is None:
+        return {"form": "transcript", "input_tokens": counter.count_messages([HumanMessage(content=prompt)]),
+                "prefix_tokens": 0, "prefix_messages": 0, "output_tokens": output_tokens}
+    head = 1 if agent.system is not None else 0
+    instruction = counter.count_messages([HumanMessage(content=prompt)])
+    return {"form": "agent", "input_tokens": beside + instruction, "prefix_tokens": beside,
+            "prefix_messages": head + len(agent.messages), "output_tokens": output_tokens}
 
 
 def _tokens(state: LadderState, agent: AgentRequest) -> int:
