@@ -368,7 +368,8 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     the system prompt and messages of `MIN_TOKENS_TO_CUT` tokens or fewer never. The progress note is first made
     terse (`progress.terse_note`: each call named without its result's size and start), then its oldest calls
     are counted by tool (`progress.counted_note`: every call still named or counted), then, if that is not
-    enough, cut like any message. Each is cut to what the
+    enough, cut like any message, but only after the newest step (its text names the calls already made: an agent
+    that no longer sees them makes them again). Each is cut to what the
     budget needs (text first, media blocks only if the text alone is not enough). When even cutting every
     candidate to its marker could not fit (the system prompt alone is too large), the history is over the budget
     whatever is cut, and the caller reports the overflow; what may still go goes all the same (the call may fit
@@ -404,7 +405,8 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     recent = set(steps[-1].indices) if steps else set()  # the newest step: what the model has not read yet
     recent_tokens = sum(slots[i].tokens for i in recent)
     if recent_tokens > budget // 2:  # too large to go whole: cut down to half the budget, and no further first
-        for i in sorted((i for i in recent if cuttable(i) and i != latest and not slots[i].pinned),
+        for i in sorted((i for i in recent if cuttable(i) and kind(slots[i].message) == TOOL and i not in noted
+                         and not slots[i].pinned),
                         key=lambda k: -slots[k].tokens):
             if recent_tokens <= budget // 2 or state.total() <= budget:
                 break
@@ -414,6 +416,7 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
             recent_tokens -= before - slots[i].tokens
     # the newest step goes whole (or as cut above), after the note and the pins (issue 24)
     tried: set[int] = set()
+    deferred: set[int] = set()  # notes made terse and counted: their text is cut after the newest step's
     # toward the target only when cutting can reach it (else, as before the target, to the budget: cutting every
     # message to nothing toward an unreachable target would only destroy what still fits)
     low = budget if goal is None or floor > goal else min(goal, budget)
@@ -421,13 +424,17 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
         candidates = [i for i in range(len(slots)) if i not in tried and cuttable(i)]
         if not candidates:
             return
-        i = min(candidates, key=lambda k: (k == latest, k in recent, slots[k].pinned or k in noted,
+        i = min(candidates, key=lambda k: (k == latest, k in deferred, k in recent, slots[k].pinned or k in noted,
                                            -slots[k].tokens))
+        if i in noted and i not in deferred:
+            if _terse(state, i) and state.total() <= budget:
+                return
+            if _count(state, i, budget) and state.total() <= budget:
+                return
+            if any(k in recent for k in candidates):  # the note's text (what names the calls) goes last
+                deferred.add(i)
+                continue
         tried.add(i)
-        if i in noted and _terse(state, i) and state.total() <= budget:
-            return
-        if i in noted and _count(state, i, budget) and state.total() <= budget:
-            return
         if i == latest or slots[i].pinned or i in noted or is_summary(slots[i].message):
             level = budget
         else:
