@@ -55,6 +55,9 @@ def _conversation_count() -> int:
     return sum(1 for path in trace_files() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
+RUN_GROUP = pytest.mark.xdist_group("benchmark_run")  # the tests sharing `run` go to one worker: it runs once
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("bench")
@@ -68,6 +71,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     return (out / "RESULTS.md").read_text(encoding="utf-8"), json.loads((out / "results.json").read_text())
 
 
+@RUN_GROUP
 def test_one_command_writes_every_section(run):
     markdown, _ = run
     positions = [markdown.find(s) for s in SECTIONS]
@@ -77,6 +81,7 @@ def test_one_command_writes_every_section(run):
         assert name in markdown
 
 
+@RUN_GROUP
 def test_every_row_was_measured_at_the_size_asked(run):
     _, results = run
     assert results["meta"]["sizes"] == [60]
@@ -95,6 +100,7 @@ def test_every_row_was_measured_at_the_size_asked(run):
             assert ("peak_kib" not in cell) if "first call of a run" in name else cell["peak_kib"] >= 0, name
 
 
+@RUN_GROUP
 def test_targets_and_machine_are_reported(run):
     markdown, results = run
     statuses = [t["status"] for t in results["targets"]]
@@ -107,6 +113,7 @@ def test_targets_and_machine_are_reported(run):
     assert meta["date"][:4] in markdown.split("## Machine")[0]
 
 
+@RUN_GROUP
 def test_bill_table_has_every_row_at_every_window_asked(run):
     markdown, results = run
     from benchmarks.bill import ROWS
@@ -133,6 +140,7 @@ def test_bill_table_has_every_row_at_every_window_asked(run):
     assert "Goals of issue 13" in markdown
 
 
+@RUN_GROUP
 def test_accuracy_covers_every_shared_conversation(run):
     _, results = run
     rows = results["accuracy"]["rows"]
