@@ -244,6 +244,9 @@ _NAMED = ("order", "ticket", "reservation", "booking", "invoice", "confirmation"
           "receipt", "account")
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
+_HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
+"""A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
+
 _NEEDS: dict[str, Callable[[str], bool]] = {
     "url": _has("://"),
     "email": _then(_has("@"), r"@(?<=[A-Za-z0-9._%+-]@)[A-Za-z0-9-]"),
@@ -268,20 +271,21 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "definition": _then(_has("def", "class"), r"(?:d(?<=\bd)ef|c(?<=\bc)lass)\s"),
     "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
     "slug": _then(_has("_", "-"), r"[_-](?<=[A-Za-z0-9][_-])[A-Za-z0-9]"),
+    "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
 }
-"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
-without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
-follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of
-its domain, a path a slash, a backslash or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a
-currency sign, code or word, the keyed patterns a quote, a keyed pair a word character, a colon, a space and two
-characters of its value, a named id its noun and a word's end (`order_id` is no noun), a pytest id `.py::`, a
-file's line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4
-address `d.ddd.d`, a digest its algorithm's name, a line `line N`, an error type its ending, a definition `def` or
-`class` at a word's start, a dotted name a word character, a dot and a letter, a slug an alphanumeric character,
-`_` or `-` and another. Each test is a literal (`in`, at C speed), or a cheap literal that every match holds before
-the expression (`_then`): the same condition, read faster; each expression starts with a literal or a set of
-characters (what `re` skips to at C speed), its context checked after it by a lookbehind. Used only while the
-pattern is the built-in one."""
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text without
+it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows from
+its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its domain, a
+path a slash, a backslash or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign,
+code or word, the keyed patterns a quote, a keyed pair a word character, a colon, a space and two characters of its
+value, a named id its noun and a word's end (`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a
+UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address `d.ddd.d`, a digest its
+algorithm's name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a
+dotted name a word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long
+hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a
+cheap literal that every match holds before the expression (`_then`): the same condition, read faster; each
+expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked after
+it by a lookbehind. Used only while the pattern is the built-in one."""
 
 _NUM_REST = r"(?:\d{0,2}(?:,\d{3}){1,6}|\d{0,14})(?:\.\d{1,4})?"
 """`_NUM` after its first digit."""
