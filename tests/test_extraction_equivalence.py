@@ -18,7 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lc_compaction.facts import _FAST, _NEEDS, DEFAULT_PATTERNS, FactGuard, Identifier, _trim, message_text
+from lc_compaction.facts import (
+    _FAST,
+    _KEYS,
+    _NEEDS,
+    DEFAULT_PATTERNS,
+    FactGuard,
+    Identifier,
+    _key_spans,
+    _trim,
+    message_text,
+)
 from lc_compaction.traces import load_traces
 from tests.oracle.cases import load_cases
 from tests.shared_data import traces_dir
@@ -199,3 +209,24 @@ def test_each_fast_form_and_prefilter_on_generated_texts(text: str):
         assert _matches(re.compile(expr), text) == _matches(re.compile(DEFAULT_PATTERNS[kind]), text), kind
     for kind, need in _NEEDS.items():
         assert need(text) or re.compile(DEFAULT_PATTERNS[kind]).search(text) is None, kind
+
+
+_KEY_PIECES = ["\n", " ", "\t", "- ", "a", "key", "_x.y-", ":", ": ", "::", "\"", "'", '"k"', "1", ";", "<",
+               '"price": 5']
+
+
+def _reference_keys(text: str) -> list[tuple[int, int, str]]:
+    return [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+
+
+@pytest.mark.parametrize("source", ["traces", "cases", "random"])
+def test_the_key_spans_are_those_of_the_keys_expression(source: str):
+    texts = {"traces": trace_texts, "cases": case_texts, "random": lambda: _random_texts(3_000)}[source]()
+    for text in texts:
+        assert _key_spans(text) == _reference_keys(text), text[:200]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_KEY_PIECES), max_size=40).map("".join))
+def test_the_key_spans_on_generated_texts(text: str):
+    assert _key_spans(text) == _reference_keys(text)
