@@ -35,6 +35,7 @@ Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not 
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -83,6 +84,31 @@ _KEYS = re.compile(r"[\"']([^\"'\n:;<>]{1,60})[\"']\s{0,3}:(?!:)"
                    r"|(?m:^[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$))")
 """A key in a JSON or Python object (`"price":`, `'price':`) or a YAML mapping (`price:` at a line's start, after
 `- ` in a list): group 1 or 2. Bounded: linear in the text."""
+
+_KEYS_FAST = re.compile(r"[\n\"'](?:(?<=[\"'])([^\"'\n:;<>]{1,60}+)[\"']\s{0,3}:(?!:)"
+                        r"|(?<=\n)[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$))", re.MULTILINE)
+_KEYS_AT_START = re.compile(r"[ \t]{0,40}(?:- )?([A-Za-z_][\w.-]{0,60}):(?=[ \t]|$)", re.MULTILINE)
+"""`_KEYS`, searched faster (`_key_spans`): a YAML key after the line break before it (what `re` skips to at C speed,
+where `^` is tried at every position), the text's first line matched on its own; a JSON key's characters taken
+possessively (`{1,60}+`: the run stops at a quote or at a character no key holds, so a shorter one never ends at a
+quote)."""
+
+
+def _key_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, key) of each match of `_KEYS` in `text`, in order (the key: group 1 or 2). The two alternatives
+    of `_KEYS` never match at one place, nor overlapping: a JSON key starts at a quote, a YAML key at a line's start
+    and holds no quote, so a YAML key found from the line break before it (one character early) is the same match."""
+    out: list[tuple[int, int, str]] = []
+    at = 0
+    first = _KEYS_AT_START.match(text)
+    if first is not None:
+        out.append((0, first.end(), first.group(1)))
+        at = first.end()
+    for m in _KEYS_FAST.finditer(text, at):
+        yaml = m.group(2)
+        out.append((m.start() + 1, m.end(), yaml) if yaml is not None else (m.start(), m.end(), m.group(1)))
+    return out
+
 
 _YAML_START = re.compile(r"(?:\s{0,40}(?:- )?[A-Za-z_][\w.-]{0,60}:(?:[ \t][^\n]{0,2000})?\n){2}")
 """Two lines that start with a YAML key: what makes a text `keyed` (one alone may be a log's `Error: ...`)."""
@@ -222,11 +248,14 @@ def _has(*literals: str) -> Callable[[str], bool]:
     return lambda text: any(x in text for x in literals)
 
 
-def _has_word(*words: str) -> Callable[[str], bool]:
-    """A case-insensitive word test exact to `re.IGNORECASE` (`_presence.folded`), for lower-case ASCII words."""
+def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:
+    """A case-insensitive word test exact to `re.IGNORECASE` (`_presence.folded`), for lower-case ASCII words;
+    with `expr`, then a search of the folded text with it (lower-case: what the words must be followed by)."""
+    pattern = re.compile(expr) if expr is not None else None
+
     def test(text: str) -> bool:
         lower = folded(text)
-        return any(w in lower for w in words)
+        return any(w in lower for w in words) and (pattern is None or pattern.search(lower) is not None)
     return test
 
 
@@ -236,40 +265,98 @@ def _then(first: Callable[[str], bool], expr: str) -> Callable[[str], bool]:
     return lambda text: first(text) and pattern.search(text) is not None
 
 
+_NAMED = ("order", "ticket", "reservation", "booking", "invoice", "confirmation", "tracking", "case", "transaction",
+          "receipt", "account")
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+_HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
+"""A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
+
 _NEEDS: dict[str, Callable[[str], bool]] = {
     "url": _has("://"),
-    "email": _has("@"),
+    "email": _then(_has("@"), r"@(?<=[A-Za-z0-9._%+-]@)[A-Za-z0-9-]"),
     "path": _then(_has("/", "\\", "."), r"[/\\]|\." + _FILE_EXT + r"(?![\w.])"),
-    "date": _then(lambda t: "-" in t or "/" in t or any(c in t for c in "JFMASOND"), r"[-/]|" + _MONTHS),
+    "date": _then(lambda t: "-" in t or "/" in t or any(c in t for c in "JFMASOND"),
+                  r"-(?<=\d-)\d\d-\d|/(?<=\d/)\d|" + "|".join(_MONTH_NAMES)),
     "amount": _has("$", "€", "£", "¥", "₹", "USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "INR", "dollars", "euros",
                    "pounds"),
     "keyed_id": _has('"'),
     "keyed_amount": _has('"'),
-    "named_id": _has_word("order", "ticket", "reservation", "booking", "invoice", "confirmation", "tracking", "case",
-                          "transaction", "receipt", "account"),
-    "keyed_pair": _then(_has(": "), r"\w: "),
+    "named_id": _has_word(*_NAMED, expr=r"(?:" + "|".join(_NAMED) + r")s?\b"),
+    "keyed_pair": _then(_has(": "), r": (?<=\w: )[^\s;\"'*`\\()\[\]]{2}"),
     "pytest_id": _has(".py::"),
     "file_line": _then(_has(":"), r"\.\w{1,8}:\d"),
     "uuid": _then(_has("-"), r"-" + _HEX + r"{4}-"),
-    "ipv6": _then(_has(":"), r"::|" + _HEX + r":" + _HEX),
-    "ipv4": _then(_has("."), r"\d\.\d{1,3}\.\d"),
+    "ipv6": _then(_has(":"), r":(?::|(?<=" + _HEX + r":)" + _HEX + r")"),
+    "ipv4": _then(_has("."), r"\.(?<=\d\.)\d{1,3}\.\d"),
     "digest": _has_word("sha", "md5", "blake"),
-    "line": _then(_has("ine "), r"[Ll]ine \d"),
+    "line": _then(_has("ine "), r"ine \d(?<=[Ll]ine \d)"),
     "error_type": _has("Error", "Exception", "Warning", "KeyboardInterrupt", "SystemExit", "StopIteration",
                        "GeneratorExit"),
-    "definition": _then(_has("def", "class"), r"\b(?:def|class)\s"),
-    "dotted": _then(_has("."), r"\w\.[A-Za-z_]"),
+    "definition": _then(_has("def", "class"), r"(?:d(?<=\bd)ef|c(?<=\bc)lass)\s"),
+    "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
+    "slug": _then(_has("_", "-"), r"[_-](?<=[A-Za-z0-9][_-])[A-Za-z0-9]"),
+    "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
 }
-"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
-without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry
-follows from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail `@`, a path a slash, a backslash or a
-known extension, a date `-`, `/` or a month's name, an amount a currency sign, code or word, the keyed patterns a
-quote, a keyed pair a word character, a colon and a space, a named id its noun, a pytest id `.py::`, a file's
-line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address
-`d.ddd.d`, a digest its algorithm's name, a line `line N`, an error type its ending, a definition `def` or
-`class`, a dotted name a word character, a dot and a letter. Each test is a literal (`in`, at C speed), or a cheap
-literal that every match holds before the expression (`_then`): the same condition, read faster. Used only while the
-pattern is the built-in one."""
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text without
+it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows from
+its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its domain, a
+path a slash, a backslash or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign,
+code or word, the keyed patterns a quote, a keyed pair a word character, a colon, a space and two characters of its
+value, a named id its noun and a word's end (`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a
+UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address `d.ddd.d`, a digest its
+algorithm's name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a
+dotted name a word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long
+hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a
+cheap literal that every match holds before the expression (`_then`): the same condition, read faster; each
+expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked after
+it by a lookbehind. Used only while the pattern is the built-in one."""
+
+_NUM_REST = r"(?:\d{0,2}(?:,\d{3}){1,6}|\d{0,14})(?:\.\d{1,4})?"
+"""`_NUM` after its first digit."""
+
+_FAST: dict[str, str] = {
+    "email": (r"[A-Za-z0-9._%+-](?<=(?<![\w.%+-])[A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9-]{1,63}"
+              r"(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b"),
+    "uuid": (rf"{_HEX}(?<=(?<![\w-]){_HEX}){_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])"),
+    "date": (rf"[\dJFMASOND](?:(?<=(?<!\w){_NOT_IN_CODE}\d)\d{{3}}-\d{{2}}-\d{{2}}"
+             r"(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+             r"|(?<=\b\d)\d?/\d{1,2}/\d{2,4}\b"
+             r"|(?<=\b[JFMASOND])(?:(?<=J)an(?:uary)?|(?<=F)eb(?:ruary)?|(?<=M)ar(?:ch)?|(?<=A)pr(?:il)?|(?<=M)ay|"
+             r"(?<=J)une?|(?<=J)uly?|(?<=A)ug(?:ust)?|(?<=S)ep(?:t(?:ember)?)?|(?<=O)ct(?:ober)?|(?<=N)ov(?:ember)?|"
+             r"(?<=D)ec(?:ember)?)\.? \d{1,2}(?:st|nd|rd|th)?(?:,? \d{4})?\b"
+             rf"|(?<=\b\d)\d?(?:st|nd|rd|th)? {_MONTHS},? \d{{4}}\b)"),
+    "amount": (rf"[$€£¥₹UEGJCAI\d](?:(?<=[$€£¥₹]){_NUM}(?!\d)(?:\s?(?:k|K|M|bn)\b)?"
+               rf"|(?<={_NOT_IN_CODE}\b[UEGJCAI])(?:(?<=U)SD|(?<=E)UR|(?<=G)BP|(?<=J)PY|(?<=C)HF|(?<=C)AD|(?<=A)UD|"
+               rf"(?<=I)NR)\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
+               rf"|(?<=(?<![\w,.]){_NOT_IN_CODE}\d){_NUM_REST}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w))"),
+    "line": r"[Ll](?<=\b[Ll])ine \d{1,7}(?![\d.]\d|\w)",
+    "error_type": (r"[A-Z](?<=(?<![\w.])[A-Z])(?:[A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|(?<=K)eyboardInterrupt|"
+                   r"(?<=S)ystemExit|(?<=S)topIteration|(?<=G)eneratorExit)(?!\w)"),
+    "definition": r"[dc](?:(?<=\bd)ef|(?<=\bc)lass)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])",
+    "dotted": r"[A-Za-z_](?<=(?<![\w./@-])[A-Za-z_])\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?![\w-]|\.[A-Za-z_])",
+    "hex": (r"[0-9a-f](?:(?<=(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f])[0-9a-f]{6,63}(?![\w-])"
+            r"|(?<=\b0)x[0-9A-Fa-f]{4,32}\b)"),
+    "code": (r"[#A-Z0-9](?:(?<=#)[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
+             r"|(?<=(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{0,19}"
+             r"(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
+             r"|(?<=(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{3,39}(?![\w-])"
+             r"|(?<=(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
+             r"(?![YMDHS]{2,4}(?:-[YMDHS]{2,4}){1,2}(?![\w-]))[A-Z])"
+             r"[A-Z]{0,19}(?:-[A-Z]{1,20}){1,5}(?![\w-]))"),
+    "slug": (r"[A-Za-z](?<=(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z])[A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}"
+             r"(?![\w-])"),
+    "number": r"\d(?<=(?<![\w.,])\d)(?:\d{0,2}(?:,\d{3}){1,6}|\d{2,29})(?:\.\d{1,6})?(?!\w)",
+}
+"""For a built-in pattern, an expression with the same matches (the same spans and groups, in the same order) that
+`re` searches faster: it starts with the set of characters a match can start with (`re` skips to them at C speed,
+where an expression that starts with a lookbehind or `\b` is tried at every position), and the context that the
+pattern asks for before its first character is asked by a lookbehind of one character after it (`(?<=A[x])` after
+`[x]`: the assertion A at the match's start; a lookahead inside a lookbehind looks on past it). A repetition that
+starts the match gives its first character (`[x]{1,20}` is `[x]` then `[x]{0,19}`, tried longest first as before),
+and the alternatives of a pattern keep their order, each after a lookbehind of its first character. Equal to
+`DEFAULT_PATTERNS` on the shared traces, the cases and generated texts (`tests/test_extraction_equivalence.py`);
+used only while the pattern is the built-in one (as `_NEEDS`)."""
 
 EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
@@ -343,6 +430,16 @@ def keyed(text: str) -> bool:
     if lead:
         return lead in ("{", "[") or _YAML_START.match(text) is not None
     return False
+
+
+def _start(item: tuple[int, Identifier]) -> int:
+    return item[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _fast(kind: str) -> re.Pattern[str]:
+    """`_FAST[kind]` compiled, once per process."""
+    return re.compile(_FAST[kind])
 
 
 def _trim(value: str) -> str:
@@ -580,6 +677,7 @@ class FactGuard:
             except re.error as exc:
                 raise ValueError(f"fact guard pattern {kind!r} does not compile: {exc}") from exc
         self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
+        self._fast = {k: _fast(k) for k, expr in base.items() if k in _FAST and DEFAULT_PATTERNS.get(k) == expr}
         self._cache: dict[str, tuple[tuple[int, Identifier], ...]] = {}
         self._cache_chars = 0
 
@@ -667,25 +765,32 @@ class FactGuard:
         return found
 
     def _search(self, text: str) -> list[tuple[int, Identifier]]:
+        """Every identifier match in `text` with its start, sorted by start: each pattern in order (`_NEEDS`
+        skips those that cannot match, `_FAST` searches a built-in one), a match kept when its value (`_trim`)
+        overlaps no span an earlier one kept."""
         starts: list[int] = []  # the spans taken so far, disjoint, sorted by start (bisect keeps it so)
         ends: list[int] = []
         found: list[tuple[int, Identifier]] = []
+        needs, fast = self._needs, self._fast
         for kind, pattern in self.patterns.items():
-            need = self._needs.get(kind)
+            need = needs.get(kind)
             if need is not None and not need(text):
                 continue
-            for m in pattern.finditer(text):
-                group = 1 if pattern.groups and m.group(1) is not None else 0
+            grouped = pattern.groups > 0
+            for m in fast.get(kind, pattern).finditer(text):
+                group = 1 if grouped and m.group(1) is not None else 0
                 start = m.start(group)
-                value = _trim(m.group(group))
+                value = m.group(group)
+                if value and value[-1] in _TRAILING:
+                    value = _trim(value)
                 end = start + len(value)
                 k = bisect.bisect_left(starts, end)  # spans starting before `end`: only the last can overlap
-                if not value.strip() or (k and ends[k - 1] > start):
+                if (k and ends[k - 1] > start) or not value.strip():
                     continue
                 starts.insert(k, start)
                 ends.insert(k, end)
                 found.append((start, Identifier(value, kind)))
-        found.sort(key=lambda x: x[0])
+        found.sort(key=_start)
         return found
 
     def extract_result(self, message: BaseMessage) -> list[Identifier]:
@@ -966,7 +1071,7 @@ class _Keys:
     __slots__ = ("_spans", "_ends", "_before", "last")
 
     def __init__(self, text: str, before: str | None):
-        self._spans = [(m.start(), m.end(), m.group(1) or m.group(2)) for m in _KEYS.finditer(text)]
+        self._spans = _key_spans(text)
         self._ends = [e for _, e, _ in self._spans]
         self._before = before
         self.last = self._spans[-1][2] if self._spans else before
