@@ -41,8 +41,10 @@ _WORDS_FROM = 2048
 """Texts of this many characters or more are first checked against the set of their words (alphanumeric runs,
 collected at C speed once): an identifier with a run that is no word of the text is not in it, without a search.
 Most queries of a long text are such misses (an old order id against a new listing)."""
-_INDEX_FROM = 4096
-"""Texts shorter than this (characters) are always searched with `str.find`."""
+_INDEX_FROM = 32_768
+"""Texts shorter than this (characters) are always searched with `str.find`: below it, a find from where the last
+query matched costs less than a query of the index (Python steps per place), measured on the queries of the
+identifier-dense shapes of `benchmarks/dense.py` (results of 15,000 to 35,000 characters)."""
 _INDEX_AFTER = 100
 """A longer text gets a word index once the finds have read more than this many times its length: a find reads a
 text at C speed (a few GB/s), a word index costs a Python step per word (about six characters), so the index pays
@@ -70,7 +72,8 @@ class Presence:
     `text`), for a text that grows a line at a time (a progress note's lines, `progress.call_line`).
     """
 
-    __slots__ = ("_raw", "_folded", "_sizes", "_index", "_indexed", "_read", "_joined", "_words", "_worded")
+    __slots__ = ("_raw", "_folded", "_sizes", "_index", "_indexed", "_read", "_joined", "_words", "_worded",
+                 "_flat", "_hint")
 
     def __init__(self, text: str = ""):
         self._raw: list[str] = []
@@ -82,6 +85,8 @@ class Presence:
         self._joined: str | None = None
         self._words: set[str] = set()
         self._worded = 0
+        self._flat: str | None = None  # the folded lines joined by newlines (a boundary, as between lines)
+        self._hint = 0  # where the last find matched: queries in text order start there
         self.add(text) if text else None
 
     def add(self, text: str) -> None:
@@ -90,6 +95,7 @@ class Presence:
         self._folded.append(folded(text))
         self._sizes += len(text) + 1
         self._joined = None
+        self._flat = None
 
     def text(self) -> str:
         """The text indexed: the lines added, joined by newlines."""
@@ -102,9 +108,33 @@ class Presence:
         if not value.isascii() or "\n" in value:
             return _presence_re(value).search(self.text()) is not None
         value = value.lower()
-        if value.isalnum() and self._sizes >= _WORDS_FROM:  # one run: there exactly when it is a run of the text
-            return value in self._word_set()
-        return next(self._places(value), None) is not None
+        if self._sizes >= _WORDS_FROM:
+            if value.isalnum():  # one run: there exactly when it is a run of the text
+                return value in self._word_set()
+            if not self._word_set().issuperset(_RUN.findall(value)):  # a run of it is no word of the text
+                return False
+        if self._sizes >= _INDEX_FROM and self._read > _INDEX_AFTER * self._sizes:
+            return next(self._places(value), None) is not None
+        return self._find(value)
+
+    def _find(self, value: str) -> bool:
+        """Whether the folded ASCII `value` is in the text by the boundary rule, with `str.find` over the folded
+        lines joined: from where the last query matched to the end, then from the start (identifiers asked in the
+        order they appear in the text are each found where the one before was)."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = "\n".join(self._folded)
+        n, size, hint = len(flat), len(value), self._hint
+        for lo, hi in ((hint, n), (0, min(hint + size, n))):
+            self._read += hi - lo
+            p = flat.find(value, lo, hi)
+            while p >= 0:
+                end = p + size
+                if (p == 0 or flat[p - 1] not in _ASCII_ALNUM) and (end == n or flat[end] not in _ASCII_ALNUM):
+                    self._hint = p
+                    return True
+                p = flat.find(value, p + 1, hi)
+        return False
 
     def _word_set(self) -> set[str]:
         """The runs of the text (folded), collected for the lines added since the last call."""

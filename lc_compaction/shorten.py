@@ -501,6 +501,13 @@ def _beyond(state: LadderState, message: BaseMessage, want: int) -> Callable[[st
     return beyond
 
 
+def _listing_reserve(want: int) -> int:
+    """Tokens to leave for the identifiers a cut of a tool result lists (at most `LISTED_IDENTIFIER_CHARS`
+    characters, and at most `want`): half a token a character, as identifiers go (digits and separators two to
+    three characters a token in cl100k_base and o200k_base), and 15 tokens for their fence."""
+    return min(LISTED_IDENTIFIER_CHARS, want) // 2 + 15
+
+
 def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     """Replace message `i` by its longest cut that costs at most `want` tokens (or its smallest cut)."""
     counter = state.counter
@@ -512,11 +519,18 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     # time keeping all the text first
     media = media_count(message.content)
     beyond = _beyond(state, message, want)
+    # each try is first made without the identifiers it would list (`beyond`: the costliest step of a cut of an
+    # identifier-dense result), and listed only when it leaves room for them (`_listing_reserve`) or keeps nothing
+    reserve = _listing_reserve(want) if beyond is not None and recall is None else 0
     for dropped in range(media + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:
-            candidate = shorten(message, keep, drop_media=dropped, recall=recall, beyond=beyond)
-            if counter.count_message(candidate) <= want:
+            candidate = shorten(message, keep, drop_media=dropped, recall=recall)
+            fits = counter.count_message(candidate) + reserve <= want
+            if reserve and (fits or keep == 0):
+                candidate = shorten(message, keep, drop_media=dropped, recall=recall, beyond=beyond)
+                fits = counter.count_message(candidate) <= want
+            if fits:
                 best = candidate
                 break
             if keep == 0:
