@@ -8,11 +8,10 @@ The ladder, in order:
    becomes a preview (`lc_compaction.offload`). Then, if the history does not exceed the trigger (nor the
    budget), it comes back as it is: without arrival edits, the same list object, the same message objects, and
    nothing else is done (no copies), except that a message without an id gets one in place, as LangChain's
-   `SummarizationMiddleware` does. With a repair decision (`repair` True or False, from the call or the policy;
-   the front doors always give one) the messages new since the tally are checked first (all of them without
-   one: `check_invariants(messages, start)`, O(new messages)), so a broken history is repaired (or raises)
-   under the trigger too: a thread stopped before its tools ran is never sent as it is. With neither (the
-   default) nothing is validated under the trigger. Such a call above a strategy's `ahead_at`
+   `SummarizationMiddleware` does. The messages new since the tally are checked first (all of them without
+   one: `check_invariants(messages, start)`, O(new messages)), so a broken history is repaired (`repair` True,
+   from the call or the policy) or raises `InvalidHistoryError` (otherwise) under the trigger too: a thread
+   stopped before its tools ran is never sent as it is. Such a call above a strategy's `ahead_at`
    (`Summarize(ahead_at=...)`) starts that strategy's work in the background (`_Compaction.ahead`: a worker
    thread under `compact`, an asyncio task under `acompact`); it never changes the call's result but for
    `details["ahead"]`.
@@ -268,10 +267,10 @@ class _Compaction:
                                        policy.is_pinned_by_caller) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
-        self.broken = (repair is not None or policy.repair is not None) and bool(
-            check_invariants(self.original, self.tallied))
-        """With a repair decision (True: repair, False: raise), the messages new since the tally (all of them
-        without one) break a rule: the input is checked and repaired (or raises) under the trigger too, O(new)."""
+        self.broken = bool(check_invariants(self.original, self.tallied))
+        """The messages new since the tally (all of them without one) break a rule: the input is checked and
+        repaired (or raises, without a repair decision) under the trigger too, O(new); a broken history is never
+        returned as it is."""
 
     def unchanged(self, reason: str) -> CompactionResult:
         new = self.original[self.tallied:]
@@ -598,8 +597,8 @@ def compact(messages: Sequence[Any], policy: CompactionPolicy | None = None, *, 
         extra_tokens: tokens sent with the messages but not in them (a system prompt or tool schemas the
             caller passes separately), counted toward the trigger and the budget.
         repair: override `policy.repair` for this call (`policy.repair=None`, the default, is False here: a
-            broken input raises unless repair is asked for). When this or `policy.repair` is set, the messages
-            new since `tally` are checked under the trigger too (see the module docstring, step 1).
+            broken input raises unless repair is asked for). The messages new since `tally` are checked under
+            the trigger too (see the module docstring, step 1).
         tally: the previous result's `tally` (or `CountTally.from_dict(...)`): when the history only grew since,
             only the new messages are counted (O(k) instead of O(history)).
         offload: the caller writes `result.offloads` to a store before using the result (`lc_compaction.offload`;

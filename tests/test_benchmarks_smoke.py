@@ -58,7 +58,7 @@ def _conversation_count() -> int:
 RUN_GROUP = pytest.mark.xdist_group("benchmark_run")  # the tests sharing `run` go to one worker: it runs once
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker (a module scope ends whenever the worker runs another module)
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(

@@ -221,6 +221,26 @@ def test_a_broken_history_with_a_repeated_result_is_repaired_under_the_trigger()
     assert [a.kind for a in result.actions] == ["deduplicated"]
 
 
+def test_compact_without_a_repair_decision_never_returns_a_broken_history_under_the_trigger() -> None:
+    """`compact()` with no repair decision (neither the call nor the policy sets `repair`): a history under the
+    trigger whose new messages break a rule raises `InvalidHistoryError` naming the index and the call, rather than
+    coming back as it is for the provider to reject; asked to repair, it is repaired; a valid one still comes back
+    as the same list, and with a tally only the new messages are checked."""
+    policy = CompactionPolicy(max_input_tokens=WINDOW)
+    history = [HumanMessage("q", id="h1"), CALL, HumanMessage("stop", id="h2")]
+    with pytest.raises(InvalidHistoryError) as err:
+        compact(history, policy)
+    assert "c1" in str(err.value) and "1" in str(err.value)
+    assert history == [HumanMessage("q", id="h1"), CALL, HumanMessage("stop", id="h2")]  # the input is untouched
+    repaired = compact(history, policy, repair=True)
+    assert check_invariants(repaired.messages) == [] and repaired.repairs
+    valid = [HumanMessage("q", id="h1"), AIMessage("a", id="a1")]
+    first = compact(valid, policy)
+    assert first.messages is valid and first.stop_reason == "under_trigger"
+    with pytest.raises(InvalidHistoryError):
+        compact([*valid, ToolMessage("late", tool_call_id="nowhere", id="t9")], policy, tally=first.tally)
+
+
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                          HealthCheck.data_too_large])
 
