@@ -8,6 +8,7 @@ and checks the whole list's invariants after each one.
 
 from __future__ import annotations
 
+import bisect
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -185,6 +186,9 @@ class LadderState:
         `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
         self._notes = set(targets)  # the deduplication notes among the slots' messages, by id() (a superset)
+        self._note_at: tuple[int, list[int]] | None = None
+        """(`_shape`, the sorted indices of the slots that may hold a note): kept while no structural change
+        moves the slots, so that a replace whose message notes point at does not scan the history."""
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -201,6 +205,7 @@ class LadderState:
         new.details = copy.deepcopy(self.details)
         new.pointed_at = set(self.pointed_at)  # a note the attempt adds is not the original's
         new._notes = set(self._notes)
+        new._note_at = None
         return new
 
     # -------------------------------------------------------------- reading
@@ -315,6 +320,11 @@ class LadderState:
         if target is not None:
             self.pointed_at.add(target)
             self._notes.add(id(message))
+            if self._note_at is not None and self._note_at[0] == self._shape:
+                at = self._note_at[1]
+                k = bisect.bisect_left(at, i)
+                if k == len(at) or at[k] != i:
+                    at.insert(k, i)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
             saved -= self._restore([old.message])
@@ -438,7 +448,9 @@ class LadderState:
         if not any(m.id in self.pointed_at for m in gone):  # O(len(gone)): nothing points at them
             return 0
         before = self._total
-        notes = [(i, s.message) for i, s in enumerate(self.slots) if id(s.message) in self._notes]
+        if self._note_at is None or self._note_at[0] != self._shape:
+            self._note_at = (self._shape, [i for i, s in enumerate(self.slots) if id(s.message) in self._notes])
+        notes = [(i, self.slots[i].message) for i in self._note_at[1] if id(self.slots[i].message) in self._notes]
         for i, message, detail in restorations(notes, gone, self.pointed_at):
             self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
         return self._total - before

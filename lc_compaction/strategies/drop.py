@@ -319,15 +319,27 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
     identifiers = fact_guard.extract_messages(stands_for, memo=state.memo)
     if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
         results = [m for m in left if kind(m) == TOOL and read_truncation_note(content_text(m.content)) is None]
-        held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or m not in results
+        whole = {id(m) for m in results}  # by object: `m in results` compares messages field by field
+        held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or id(m) not in whole
                 for i in _identifiers_of(state, fact_guard, m)}
-        texts: dict[str, list[Presence]] = {}  # each text's Presence kept for the next compaction (`presence`)
+        texts: dict[str, list[str]] = {}
         if results:  # a tool result left holds what its text contains, as its tool's (read once, not extracted)
             names = tool_names(state.messages)
             for m in results:
-                texts.setdefault(tool_of(m, names), []).append(presence(message_text(m)))  # type: ignore[arg-type]
+                texts.setdefault(tool_of(m, names), []).append(message_text(m))  # type: ignore[arg-type]
+        # one Presence a tool, its results joined by line breaks: a value without a line break is in the joined
+        # text exactly where it is in one of them (a line break is a boundary); one with a line break is asked of
+        # each text alone
+        joined = {tool: Presence("\n".join(parts)) for tool, parts in texts.items()}
+
+        def left_holds(i: Identifier) -> bool:
+            if i.source is None or i.source not in texts:
+                return False
+            if "\n" in i.value:
+                return any(i in presence(t) for t in texts[i.source])
+            return i in joined[i.source]
         identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
-                       and not (i.source is not None and any(i in p for p in texts.get(i.source, ())))]
+                       and not left_holds(i)]
     said = fact_guard.said_line(stands_for)  # a user's short turns word for word (a correction is words)
     if said:  # what the quotes give back when read again (a merge extracts them) is not listed again
         quoted = fact_guard.read_back("\n".join(parse_said(said)))
