@@ -87,13 +87,24 @@ from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
     before_cut,
+    defang,
     fence,
     fenced_spans,
     unfence,
     RECALL_TOOL_NAME,
     read_truncation_note,
 )
-from lc_compaction._note import FACTS_LEAD, NoteLine, note_lines, parse_line, split_line, with_note, without_note
+from lc_compaction._note import (
+    FACTS_LEAD,
+    SAID_LEAD,
+    NoteLine,
+    ids_text,
+    note_lines,
+    parse_line,
+    split_line,
+    with_note,
+    without_note,
+)
 from lc_compaction.facts import FactGuard, Identifier, contains, without_keys
 from lc_compaction.structure import Step, running_steps, split_exchanges
 
@@ -171,18 +182,17 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     name = call.get("name") or "?"
     head = f"- {name}({text})"
-    full = listed = start_json = tail = ""
+    full = listed = tail = ""
     if result is None:
         head += " -> no result"
     else:
         size, start, listed, failure = _result_facts(result)
         full = start
         error = f", {failure}" if failure else ""
-        head += f" -> {size:,} characters{error}: "
-        start_json = json.dumps(preview(start, PREVIEW_CHARS), ensure_ascii=False)
+        head += f" -> {size:,} characters{error}: " + json.dumps(preview(start, PREVIEW_CHARS), ensure_ascii=False)
         if recall is not None:
             tail = f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
-    line = head + (fence(start_json, name) if result is not None else "") + tail
+    line = defang(head + tail)
     if guard is None:
         return line
     earlier = known if isinstance(known, Presence) else Presence(known)
@@ -216,16 +226,14 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
                     shown.append(i.value)
     if not shown and left == 0:
         return line
-    # the identifiers only the result holds are tool data: in the result's fence, after its start
+    # the identifiers only the result holds are the result's (after its start), the others the call's own
     in_own = Presence(own)
     from_tool = {v for v in shown if v not in in_own and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
     more = " (+more)" if left is None else f" (+{left} more)" if left else ""
-    if result is not None:
-        line = head + fence(start_json + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
-                            name) + tail
-    return line + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
+    return defang(head + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else "") + tail
+                  + (f"{SAID_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more)
 
 
 def terse_note(message: AIMessage) -> AIMessage:
@@ -285,7 +293,7 @@ def _bare_line(line: str) -> str:
     """A line cut to its call and its failure (`terse_note`), the call's arguments to `TERSE_ARGS_CHARS`
     characters (then "...)")."""
     failure = parse_line(line).failure
-    call = line.split(" -> ", 1)[0].split(FACTS_LEAD, 1)[0]
+    call = line.split(" -> ", 1)[0].split(FACTS_LEAD, 1)[0].split(SAID_LEAD, 1)[0]
     head, paren, args = call.partition("(")
     if paren and len(args) > TERSE_ARGS_CHARS + 1:
         call = f"{head}({args[:TERSE_ARGS_CHARS]}...)"
@@ -297,15 +305,14 @@ def _terse_line(line: str, guard: FactGuard) -> str:
     `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
     any, without their keys (`facts.without_keys`)."""
     parts = parse_line(line)
+    from_tool = parts.from_tool
     if parts.start:
         listed = parts.listed()
         more = [i.value for i in guard.extract(gapless(parts.start)) if not contains(f"{parts.call}\n{listed}", i)]
         if more:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
-            parts = NoteLine(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
-                          failure=parts.failure)
-    listed = without_keys(parts.listed())  # the identifiers stay, their keys give way (`facts.keys_fit`)
-    return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else parts.more)  # "(+n more)" stays
+    # the identifiers stay, their keys give way (`facts.keys_fit`); "(+n more)" stays
+    return defang(parts.terse_call() + ids_text(without_keys(from_tool), without_keys(parts.plain)) + parts.more)
 
 
 NOTE_SHARE = 0.125
@@ -412,10 +419,8 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
             continue
         room -= len(v) + len(FACTS_SEPARATOR)
         into.insert(0, v)
-    listed = FACTS_SEPARATOR.join(x for x in (
-        FACTS_SEPARATOR.join(kept_plain), fence(FACTS_SEPARATOR.join(kept_tool), "tools") if kept_tool else "")
-        if x)
-    return head + (f"{FACTS_LEAD}{listed}" if listed else "") + (" (+more)" if more else "")
+    listed = ids_text(FACTS_SEPARATOR.join(kept_tool), FACTS_SEPARATOR.join(kept_plain))
+    return defang(head + listed + (" (+more)" if more else ""))
 
 
 def _call_only(line: str, guard: FactGuard | None) -> str:
