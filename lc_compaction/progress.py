@@ -25,13 +25,15 @@ and `Summarize` call `keep_progress` after their own work):
    folding it does (bring the history under the limit, or make it fit the budget, or, when nothing makes it fit, save
    the most). Over the budget, folding goes on while a fold still saves tokens.
 4. The folded steps become ONE progress note that names every call, one line each (rule 5 bounds it):
-   `- tool({"arg": ...}) -> 5,480 characters: <untrusted_tool_data>tool: "start of the result..."</untrusted_tool_data>`
-   (`call_line`; what came from the result is fenced as tool data, `markers.UNTRUSTED_DATA_FENCE`). Nothing is
+   `- tool({"arg": ...}) -> 5,480 characters: "start of the result..." | facts: A; B` (`call_line`). What came
+   from the results is tool data: the note's lines sit inside one fence (`markers.UNTRUSTED_DATA_FENCE`, its
+   opening and closing strings on lines of their own, `_note.NOTE_FENCE`), not one per line (issue 24: the fence
+   strings and the tool's name cost about 14 tokens a line, a coding loop's note about 1,000). Nothing is
    removed silently.
    The strategy that folds (`DropOldExchanges`, `Summarize`) passes its fact guard, which adds to each line the
-   identifiers of what it folds that the line does not show (`| facts: ...`; a truncated result's are those its
-   note listed), as it does to a summary. With offload on, a line whose result is kept in the store names the
-   call that reads it back.
+   identifiers of what it folds that the line does not show (`| facts: ...` for the result's, `| said: ...` for
+   the call's own; a truncated result's are those its note listed), as it does to a summary. With offload on, a
+   line whose result is kept in the store names the call that reads it back.
 5. The note is bounded (issue 24: a note that names a hundred calls in full becomes the history, and every later
    compaction rewrites it): a fold writes it in at most `NOTE_SHARE` of the budget, making its oldest lines
    shorter, each step only as far as needed (`bounded_lines`): they lose their result's size and start (the call
@@ -87,13 +89,24 @@ from lc_compaction.markers import (
     MARK_KEY,
     PROGRESS_PREFIX,
     before_cut,
+    defang,
     fence,
     fenced_spans,
     unfence,
     RECALL_TOOL_NAME,
     read_truncation_note,
 )
-from lc_compaction._note import FACTS_LEAD, NoteLine, note_lines, parse_line, split_line, with_note, without_note
+from lc_compaction._note import (
+    FACTS_LEAD,
+    SAID_LEAD,
+    NoteLine,
+    ids_text,
+    note_lines,
+    parse_line,
+    split_line,
+    with_note,
+    without_note,
+)
 from lc_compaction.facts import FactGuard, Identifier, contains, without_keys
 from lc_compaction.structure import Step, running_steps, split_exchanges
 
@@ -145,13 +158,13 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
               known: str | Presence = "", recall: str | None = None) -> str:
     """One line of the note (no newline in it):
-    `- name(arguments as JSON) -> N characters[, error[ (exit code N)]]: <untrusted_tool_data>name: "start of the
-    result"[ | facts: B; C]</...>[ | facts: A]`; ", error..." says the call failed (`_content.tool_failure`: the
-    result's status "error", a non-zero exit code or return code, a traceback), and every terser form of the line
-    keeps it (`_terse_line`, `terse_note`: `- name(arguments) -> error[ (...)]`). What came from the result is
-    tool data, so it sits inside `markers.UNTRUSTED_DATA_FENCE` after the tool's name (`markers.fence`), as in a
-    summary: the note is in the assistant's voice, and a tool's text must not read as the assistant's own
-    words.
+    `- name(arguments as JSON) -> N characters[, error[ (exit code N)]]: "start of the result"[ | facts: B; C][ |
+    said: A]`; ", error..." says the call failed (`_content.tool_failure`: the result's status "error", a non-zero
+    exit code or return code, a traceback), and every terser form of the line keeps it (`_terse_line`,
+    `terse_note`: `- name(arguments) -> error[ (...)]`). What came from the result is tool data: the note's lines
+    sit inside its one fence (`_note.with_note`, `markers.UNTRUSTED_DATA_FENCE`), as in a summary (the note is in
+    the assistant's voice, and a tool's text must not read as the assistant's own words), so the line has the
+    fence strings in it neutralized (`markers.defang`) and no fence of its own.
 
     `call` is an entry of `AIMessage.tool_calls` (or `invalid_tool_calls`, whose arguments are a string); `result`
     the ToolMessage that answered it (None: "no result"). With a `guard` (the fact guard of the strategy that folds:
@@ -159,8 +172,8 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
     and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
     note's earlier lines, as a text or as a `_presence.Presence` that grows a line at a time) holds, at most
-    `FACTS_CHARS` characters of them: those only the result holds inside the result's fence (one fence for the
-    start and its identifiers: the fence strings cost tokens), the others after it; " (+n more)" ends a line that
+    `FACTS_CHARS` characters of them: those only the result holds after its start (`FACTS_LEAD`), the others
+    after `SAID_LEAD`; " (+n more)" ends a line that
     could not list them all (" (+more)" when the list filled up before the end of the result: `FactGuard.first`
     reads only as much of it as the list needs). With `recall` (the result's store key, offload on:
     `LadderState.recall_key`), the line also names the call that reads the whole result back:
@@ -171,18 +184,17 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         text = f"{text[:ARGS_CHARS]}... [{len(text):,} characters of arguments]"
     name = call.get("name") or "?"
     head = f"- {name}({text})"
-    full = listed = start_json = tail = ""
+    full = listed = tail = ""
     if result is None:
         head += " -> no result"
     else:
         size, start, listed, failure = _result_facts(result)
         full = start
         error = f", {failure}" if failure else ""
-        head += f" -> {size:,} characters{error}: "
-        start_json = json.dumps(preview(start, PREVIEW_CHARS), ensure_ascii=False)
+        head += f" -> {size:,} characters{error}: " + json.dumps(preview(start, PREVIEW_CHARS), ensure_ascii=False)
         if recall is not None:
             tail = f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
-    line = head + (fence(start_json, name) if result is not None else "") + tail
+    line = defang(head + tail)
     if guard is None:
         return line
     earlier = known if isinstance(known, Presence) else Presence(known)
@@ -216,16 +228,14 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
                     shown.append(i.value)
     if not shown and left == 0:
         return line
-    # the identifiers only the result holds are tool data: in the result's fence, after its start
+    # the identifiers only the result holds are the result's (after its start), the others the call's own
     in_own = Presence(own)
     from_tool = {v for v in shown if v not in in_own and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
     more = " (+more)" if left is None else f" (+{left} more)" if left else ""
-    if result is not None:
-        line = head + fence(start_json + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else ""),
-                            name) + tail
-    return line + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more
+    return defang(head + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else "") + tail
+                  + (f"{SAID_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more)
 
 
 def terse_note(message: AIMessage) -> AIMessage:
@@ -285,7 +295,7 @@ def _bare_line(line: str) -> str:
     """A line cut to its call and its failure (`terse_note`), the call's arguments to `TERSE_ARGS_CHARS`
     characters (then "...)")."""
     failure = parse_line(line).failure
-    call = line.split(" -> ", 1)[0].split(FACTS_LEAD, 1)[0]
+    call = line.split(" -> ", 1)[0].split(FACTS_LEAD, 1)[0].split(SAID_LEAD, 1)[0]
     head, paren, args = call.partition("(")
     if paren and len(args) > TERSE_ARGS_CHARS + 1:
         call = f"{head}({args[:TERSE_ARGS_CHARS]}...)"
@@ -294,18 +304,17 @@ def _bare_line(line: str) -> str:
 
 def _terse_line(line: str, guard: FactGuard) -> str:
     """A note line without its result's size and start: the call (and its failure, `NoteLine.terse_call`), then
-    `| facts: ` and its identifiers, those the start held (found by `guard`) among the result's, when it has
-    any, without their keys (`facts.without_keys`)."""
+    `| facts: ` and the result's identifiers, those the start held (found by `guard`) first, then `| said: ` and
+    the call's own, when it has any, without their keys (`facts.without_keys`)."""
     parts = parse_line(line)
+    from_tool = parts.from_tool
     if parts.start:
         listed = parts.listed()
         more = [i.value for i in guard.extract(gapless(parts.start)) if not contains(f"{parts.call}\n{listed}", i)]
         if more:
             from_tool = FACTS_SEPARATOR.join(x for x in (*more, parts.from_tool) if x)
-            parts = NoteLine(parts.call, tool=parts.tool, plain=parts.plain, from_tool=from_tool, more=parts.more,
-                          failure=parts.failure)
-    listed = without_keys(parts.listed())  # the identifiers stay, their keys give way (`facts.keys_fit`)
-    return parts.terse_call() + (f"{FACTS_LEAD}{listed}" if listed else parts.more)  # "(+n more)" stays
+    # the identifiers stay, their keys give way (`facts.keys_fit`); "(+n more)" stays
+    return defang(parts.terse_call() + ids_text(without_keys(from_tool), without_keys(parts.plain)) + parts.more)
 
 
 NOTE_SHARE = 0.125
@@ -412,10 +421,8 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
             continue
         room -= len(v) + len(FACTS_SEPARATOR)
         into.insert(0, v)
-    listed = FACTS_SEPARATOR.join(x for x in (
-        FACTS_SEPARATOR.join(kept_plain), fence(FACTS_SEPARATOR.join(kept_tool), "tools") if kept_tool else "")
-        if x)
-    return head + (f"{FACTS_LEAD}{listed}" if listed else "") + (" (+more)" if more else "")
+    listed = ids_text(FACTS_SEPARATOR.join(kept_tool), FACTS_SEPARATOR.join(kept_plain))
+    return defang(head + listed + (" (+more)" if more else ""))
 
 
 def _call_only(line: str, guard: FactGuard | None) -> str:

@@ -282,8 +282,9 @@ def test_a_marker_cut_by_the_last_resort_is_still_one_and_gives_back_whole_lines
 def test_folded_notes_keep_their_identifiers_in_the_progress_note():
     """The issue's example (two lookups of about 1,370 tokens a step, window 4,000): the previous steps, truncated
     to notes, are folded into the progress note by the drop strategy; each folded call's `ORD-...` identifier
-    (past its result's start) is in the note, inside that call's result fence. The trigger is the issue's (80% of
-    the window), explicit: under the default (the budget) the notes still fit and nothing is folded."""
+    (past its result's start) is in the note, among that call's result's identifiers, inside the note's fence.
+    The trigger is the issue's (80% of the window), explicit: under the default (the budget) the notes still fit
+    and nothing is folded."""
     for n, (_before, result) in enumerate(agent_loop(4, CompactionPolicy(max_input_tokens=4_000,
                                                                           trigger=("fraction", 0.8)))):
         lines = [line for m in result.messages for line in note_lines(m)]
@@ -292,7 +293,8 @@ def test_folded_notes_keep_their_identifiers_in_the_progress_note():
             (line,) = [x for x in lines if x.startswith(f'- lookup({{"item": {c}}})')]
             listed = {i.value: i.source for i in parse_listed(split_line(line)[1])}
             assert listed.get(f"ORD-{1000 + c}") == "lookup", line
-            assert f"ORD-{1000 + c}" not in outside_fences(line)
+            host = next(m for m in result.messages if note_lines(m))
+            assert f"ORD-{1000 + c}" in str(host.text) and f"ORD-{1000 + c}" not in outside_fences(str(host.text))
     assert folded
 
 
@@ -331,7 +333,8 @@ def test_split_line_reads_every_form_of_a_line():
     assert found == {"ZZ9999": None, "HAT102": "get_reservation", "42": "get_reservation",
                      "guest2@example.com": "get_reservation", "gift_card_7002": "get_reservation"}
     assert f"{len(result.content):,}" not in head and "ZZ9999" not in head and "reservation_id: RS002Q" in head
-    assert line.count(UNTRUSTED_DATA_FENCE[0]) == 1  # one fence for the result's start and its identifiers
+    assert UNTRUSTED_DATA_FENCE[0] not in line  # no fence of its own: the note's one fence holds its lines
+    assert " | facts: HAT102; " in line and line.endswith(" | said: ZZ9999")
     assert split_line(call_line(call, result)) == (head, "")
 
 
