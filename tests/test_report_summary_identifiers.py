@@ -49,6 +49,6 @@ def test_without_the_guard_both_columns_agree():
 
 
 def test_a_result_without_a_summary_is_refused():
-    result = compact(history()[:3], CompactionPolicy(max_input_tokens=100_000))
+    result = compact(history()[:5], CompactionPolicy(max_input_tokens=100_000))  # a whole first exchange
     with pytest.raises(ValueError, match="wrote no summary"):
         summary_identifiers_table(result)
