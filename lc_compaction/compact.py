@@ -77,6 +77,7 @@ from lc_compaction.structure import (
     check_invariants,
     ensure_ids,
     normalize_system_messages,
+    notes_out_of_place,
     place_system_notes,
     repair_history,
     running_steps,
@@ -267,10 +268,12 @@ class _Compaction:
                                        policy.is_pinned_by_caller) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
-        self.broken = bool(check_invariants(self.original, self.tallied))
-        """The messages new since the tally (all of them without one) break a rule: the input is checked and
-        repaired (or raises, without a repair decision) under the trigger too, O(new); a broken history is never
-        returned as it is."""
+        self.broken = bool(check_invariants(self.original, self.tallied)) or notes_out_of_place(
+            self.original, self.tallied)
+        """The messages new since the tally (all of them without one) break a rule, or a system note sent as a user
+        message stands where a step that cannot follow it comes next (`structure.notes_out_of_place`): the input is
+        checked and repaired (or raises, without a repair decision) or its note placed, under the trigger too,
+        O(new); a broken history is never returned as it is."""
 
     def unchanged(self, reason: str) -> CompactionResult:
         new = self.original[self.tallied:]

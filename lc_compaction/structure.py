@@ -378,6 +378,20 @@ def _is_note(message: BaseMessage) -> bool:
     return kind(message) == HUMAN and bool(message.additional_kwargs) and is_converted_system(message)
 
 
+def notes_out_of_place(messages: Sequence[BaseMessage], start: int = 0) -> bool:
+    """Whether `place_system_notes` would move a converted system note of `messages`, given that the first `start`
+    messages were checked before (a previous call's tally; 0: check them all). A note moves only when the next
+    assistant message after it does not start with thinking, and the prefix had none such: so only the notes among
+    the new messages, or after the prefix's last assistant message (whose next assistant message is new), can move.
+    O(new messages + the prefix's last step) when none is there (the common call), else O(len(messages)) once."""
+    j = min(max(start, 0), len(messages))
+    while j > 0 and kind(messages[j - 1]) != AI and not is_request(messages[j - 1]):
+        j -= 1
+    if not any(_is_note(messages[i]) for i in range(j, len(messages))):
+        return False
+    return bool(place_system_notes(messages)[1])
+
+
 def place_system_notes(messages: Sequence[BaseMessage]) -> tuple[list[BaseMessage], list[Repair]]:
     """Keep the converted mid-history system notes (`normalize_system_messages`) of a running tool loop that thinks
     out of the steps that cannot follow them: return the messages with each such note moved, and one `Repair`

@@ -24,14 +24,20 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langchain_openai.chat_models.base import _construct_responses_api_input, _convert_message_to_dict
 
 from lc_compaction import CompactionPolicy, DropOldExchanges, Summarize, TruncateToolResults, compact
+from lc_compaction.integrations import CompactionMiddleware, CompactionNode
 from lc_compaction.markers import is_dropped_marker
 from lc_compaction.progress import note_lines
 from lc_compaction.shorten import shorten
-from tests.builders import ai_call, tool_result, tool_turn
+from tests.agent_replay import ReplayChatModel
+from tests.builders import ai_call, compact_model_tools, tool_result, tool_turn
 from tests.oracle import FakeSummaryModel
 from tests.oracle.checks import check_all_structural
 from tests.oracle.generators import histories
@@ -333,6 +339,61 @@ def test_the_step_that_opens_a_notes_turn_is_never_folded():
     assert folded >= 2  # the scenario: the loop was folded
 
 
+@tool
+def lookup(item: int) -> str:
+    """Look an item up by its number."""
+    return f"item {item}: REC-{100 + item}"
+
+
+THINKING_LOOP = [HumanMessage("Look up items.", id="h"), *thinking_step(0, True, 40),
+                 SystemMessage("Reminder: quote the record ids.", id="note"), *thinking_step(1, False, 40)]
+"""A note after the first step's result, then a step without thinking: what a door receives at once (a thread
+written by another process, a history given whole), far under the trigger."""
+
+
+def _agent_input(mode: str) -> list[BaseMessage]:
+    model = ReplayChatModel(messages=iter([AIMessage("done", id="reply")]))
+    agent = create_agent(model, [lookup], middleware=[CompactionMiddleware(max_input_tokens=100_000, mode=mode)],
+                         checkpointer=InMemorySaver())
+    agent.invoke({"messages": THINKING_LOOP}, {"configurable": {"thread_id": mode}})
+    return model.calls[0]
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "view"])
+def test_seen_the_middleware_sent_a_thinking_loops_note_unplaced_under_the_trigger(mode):
+    """Seen (issue 20, class 4, a new user's trial): under the trigger the doors sent the note as a user message
+    but left it before the step without thinking, the very shape Anthropic rejects; compact() placed it."""
+    sent = _agent_input(mode)
+    assert anthropic_thinking_errors(sent) == [], [m.id for m in sent]
+    assert [m.id for m in sent].count("note") == 1
+
+
+def test_the_node_places_a_note_that_arrived_before_a_step_without_thinking():
+    """A compiled graph, the note arriving between two calls of the node (the model node writes it before its reply,
+    as a supervisor or a reminder hook would): the node's next call sees the note and the step without thinking as
+    new messages, and the model receives a history Anthropic accepts; the stored history is placed too (rewrite
+    mode, by id)."""
+    replies = iter([[AIMessage([THINK, {"type": "tool_use", "id": "toolu_0", "name": "lookup",
+                                          "input": {"item": 0}}], id="a0",
+                               tool_calls=[{"name": "lookup", "args": {"item": 0}, "id": "toolu_0"}])],
+                    [SystemMessage("Reminder: quote the record ids.", id="note"),
+                     AIMessage("", id="a1", tool_calls=[{"name": "lookup", "args": {"item": 1}, "id": "toolu_1"}])],
+                    [AIMessage("done", id="reply")]])
+    received: list[list[BaseMessage]] = []
+
+    def model(state):
+        received.append(list(state["messages"]))
+        return {"messages": next(replies)}
+
+    graph = compact_model_tools(CompactionNode(max_input_tokens=100_000), model, [lookup])
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("Look up items 0 and 1.", id="h")]}, config)
+    assert anthropic_thinking_errors(received[-1]) == [], [m.id for m in received[-1]]
+    assert [m.id for m in received[-1]].count("note") == 1
+    stored = graph.get_state(config).values["messages"]
+    assert anthropic_thinking_errors(stored[:-1]) == [] and [m.id for m in stored].count("note") == 1
+
+
 @st.composite
 def thinking_loops(draw) -> list[BaseMessage]:
     """A running tool loop whose first step thinks, with 1..3 system notes between its steps (after an earlier
@@ -356,8 +417,7 @@ def thinking_loops(draw) -> list[BaseMessage]:
 @given(history=thinking_loops(), window=st.integers(500, 15_000), ladder=st.sampled_from(LADDERS))
 def test_a_thinking_loops_system_notes_are_followed_by_a_thinking_step(history, window, ladder):
     result = compact(history, policy_for(window, ("turns", 1), "approximate", ladder))
-    if not result.triggered:
-        return  # the front doors convert the notes; compact() converts them only when it compacts
+    # compacted or not (under the trigger the notes are converted and placed too, `structure.notes_out_of_place`)
     assert anthropic_thinking_errors(result.messages) == [], [(m.type, m.id) for m in result.messages]
     assert [m.id for m in result.messages if m.id and m.id.startswith("note")] == \
         [m.id for m in history if m.id and m.id.startswith("note")]  # the notes stay, in their order
