@@ -47,9 +47,16 @@ TOOL_RESULT_BLOCKS = frozenset({"tool_result", "function_call_output"})
 IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
 """Images: LangChain v1 / Anthropic ``image``, OpenAI Chat ``image_url``, OpenAI Responses ``input_image``."""
 
-FILE_BLOCKS = frozenset({"file", "input_file", "document", "audio", "input_audio", "video"})
+FILE_BLOCKS = frozenset({"file", "input_file", "document", "audio", "input_audio", "video", "media"})
 """Media other than images: files, documents (PDFs, or plain text in a ``document`` whose source is text), audio,
-video."""
+video, and the Gemini (VertexAI) ``media`` block (``{"type": "media", "mime_type": ..., "data" | "file_uri": ...}``,
+which `langchain_core.messages.utils` reads too; an image when its ``mime_type`` says so, `is_image_media`)."""
+
+
+def is_image_media(block: dict[str, Any]) -> bool:
+    """A Gemini ``media`` block that holds an image (its ``mime_type`` is ``image/...``): counted as an image."""
+    mime = block.get("mime_type")
+    return block.get("type") == "media" and isinstance(mime, str) and mime.lower().startswith("image/")
 
 PLAIN_TEXT_FILE_BLOCKS = frozenset({"text-plain"})
 """A file whose text is in the block (LangChain v1 ``PlainTextContentBlock``)."""
@@ -392,6 +399,7 @@ __all__ = [
     "IMAGE_BLOCKS",
     "KNOWN_BLOCKS",
     "MEDIA_BLOCKS",
+    "is_image_media",
     "OPAQUE_REASONING_BLOCKS",
     "OUTPUT_TEXT_BLOCKS",
     "PLAIN_TEXT_FILE_BLOCKS",

@@ -42,6 +42,7 @@ from lc_compaction._content import (
     TEXT_BLOCKS,
     TOOL_CALL_BLOCKS,
     TOOL_RESULT_BLOCKS,
+    is_image_media,
     looks_binary,
 )
 from lc_compaction._count_cache import _MessageCache, _role
@@ -422,8 +423,10 @@ class StructuredCounter:
         block's count is a lower bound); ``tool_use``/``tool_call``/``function_call`` whose id is in ``call_ids`` -> 0
         (counted once, from ``tool_calls``), otherwise name + compact JSON of the input + the per-call overhead;
         ``tool_result``/``function_call_output`` -> their content, recursively; images -> :func:`image_tokens` when
-        the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``); a PDF (its
-        media type, a ``.pdf`` file name, or ``%PDF-`` bytes) -> its pages times :func:`pdf_tokens_per_page` of the
+        the base64 header gives the size, else :data:`IMAGE_MAX_TOKENS` (85 if ``detail`` is ``"low"``; a Gemini
+        ``media`` block of an ``image/`` type is an image); a PDF (its media type, a ``.pdf`` file name, or
+        ``%PDF-`` bytes, in a file, document or Gemini ``media`` block, or an ``image_url`` whose URL is a
+        ``data:application/pdf`` one) -> its pages times :func:`pdf_tokens_per_page` of the
         counter's model, the pages read from its base64 (`pdf_page_count`), else from ``pages`` / ``page_count`` /
         ``num_pages`` in the block, its ``extras`` or ``metadata``, else :data:`PDF_FALLBACK_PAGES`; other files,
         audio, video -> :data:`FILE_BLOCK_TOKENS` (or their text when they carry plain text); a dict
@@ -476,7 +479,7 @@ class StructuredCounter:
         if btype in TOOL_RESULT_BLOCKS:
             inner = block.get("content", block.get("output"))
             return self._content_tokens(inner, call_ids, depth)
-        if btype in IMAGE_BLOCKS:
+        if btype in IMAGE_BLOCKS or is_image_media(block):
             return self._image_block_tokens(block)
         if btype in FILE_BLOCKS or btype in PLAIN_TEXT_FILE_BLOCKS:
             return self._file_block_tokens(block, call_ids, depth)
@@ -532,6 +535,8 @@ class StructuredCounter:
             detail = extras.get("detail")
         if detail == "low":
             return IMAGE_LOW_DETAIL_TOKENS
+        if isinstance(url, str) and url[:20].lower() == "data:application/pdf":  # a PDF sent as an image_url
+            return (pdf_page_count(url) or PDF_FALLBACK_PAGES) * self._pdf_page_tokens
         if b64 is None and isinstance(url, str) and url.startswith("data:"):
             header, _, payload = url.partition(",")
             if ";base64" in header:

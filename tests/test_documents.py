@@ -66,7 +66,12 @@ def pdf_blocks(data: str) -> list[dict]:
         {"type": "file", "file": {"filename": "r.pdf", "file_data": f"data:application/pdf;base64,{data}"}},
         {"type": "input_file", "filename": "r.pdf", "file_data": f"data:application/pdf;base64,{data}"},
         {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data}},
+        {"type": "media", "mime_type": "application/pdf", "data": data},                       # Gemini (VertexAI)
+        {"type": "image_url", "image_url": {"url": f"data:application/pdf;base64,{data}"}},    # a PDF as an image
     ]
+"""Seen (issue 20, class 6, a new user's trial): the Gemini `media` block counted as 26 tokens and a PDF sent as an
+`image_url` data URL as one image (1,452 tokens), so three 40-page PDFs in a 20,000-token Gemini window never
+triggered."""
 
 
 def block_cost(counter, block) -> int:
@@ -127,6 +132,16 @@ def test_without_bytes_the_pages_come_from_metadata_else_one_page():
                                             "extras": {"page_count": 12}},
                   {"type": "file", "url": "https://example.com/q3.pdf", "metadata": {"num_pages": 12}}):
         assert block_cost(counter, block) == 12 * 3_000, block
+
+
+def test_a_gemini_media_image_costs_an_image_and_other_media_their_bounded_figure():
+    counter = TiktokenCounter("gemini-2.5-flash")
+    png = b64(b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + (512).to_bytes(4, "big") + (512).to_bytes(4, "big")
+              + bytes(64))
+    as_image = block_cost(counter, {"type": "image", "base64": png, "mime_type": "image/png"})
+    assert block_cost(counter, {"type": "media", "mime_type": "image/png", "data": png}) == as_image
+    assert block_cost(counter, {"type": "media", "mime_type": "video/mp4", "file_uri": "gs://b/v.mp4"}) == \
+        FILE_BLOCK_TOKENS
 
 
 def test_other_files_keep_their_bounded_figure():
