@@ -174,9 +174,10 @@ DEFAULT_PATTERNS: dict[str, str] = {
              rf"|(?<![\w/.-])[\w-]{{1,128}}(?:\.[\w-]{{1,64}}){{0,8}}\.{_FILE_EXT}(?![\w.])"),
     "uuid": rf"(?<![\w-]){_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])",
     # an IPv6 address, in brackets with its port ([2001:db8::1]:8080) or bare (2001:db8::1, ::1, fe80::1)
-    "ipv6": rf"\[(?:{_IPV6})\](?::\d{{1,5}})?(?!\d)|(?<![\w:.])(?:{_IPV6})(?![\w:.]|\.\d)",
-    # an IPv4 address and its port: 10.0.0.12, 192.168.1.7:8080
-    "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?![\w.]|\.\d)",
+    # (a sentence's full stop may follow either: "listens on 10.0.12.7:8443." is one address and its port)
+    "ipv6": rf"\[(?:{_IPV6})\](?::\d{{1,5}})?(?!\d)|(?<![\w:.])(?:{_IPV6})(?![\w:]|\.\d)",
+    # an IPv4 address and its port: 10.0.0.12, 192.168.1.7:8080 (not four parts of 1.2.3.4.5)
+    "ipv4": rf"(?<![\w.:]){_OCTET}(?:\.{_OCTET}){{3}}(?::\d{{1,5}})?(?!\w|\.\d)",
     # a digest with its algorithm: sha256:9f86d0..., md5-0cc175...
     "digest": rf"(?i:\b(?:sha(?:1|224|256|384|512)|md5|blake2[bs]?)[:-]){_HEX}{{16,128}}(?!\w)",
     "date": (rf"(?<!\w){_NOT_IN_CODE}\d{{4}}-\d{{2}}-\d{{2}}"
@@ -611,10 +612,42 @@ def parse_said(text: str) -> list[str]:
     return out
 
 
+EXCERPT_GAP = " … "
+"""Between the sentences of a long user turn that a said line quotes (`directive_excerpt`): what was left out."""
+
+_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
+"""A sentence of a user's turn: up to its end mark (`.`, `!`, `?`) or a line break."""
+
+_DIRECTIVE = re.compile(
+    r"(?i)\b(?:instead|don'?t|do not|never|always|must|stop|switch|prefer|rather|actually|wrong|correction|"
+    r"avoid|use|only|make sure|from now on)\b")
+"""The words that make a sentence an instruction or a correction ("do not use the batch pipeline, use the streaming
+one", "actually, the date is wrong"): the words of the corrections in the shared cases and traces (tau-bench's
+users change their minds with "actually", "instead", "rather"; the cases' corrections say "use", "do not")."""
+
+
+def directive_excerpt(text: str, max_chars: int = SAID_TURN_CHARS) -> str:
+    """The sentences of a user turn longer than `max_chars` characters that give an instruction or a correction
+    (`_DIRECTIVE`), each word for word, joined by `EXCERPT_GAP`, the latest that fit in `max_chars` characters (a
+    correction comes after what it explains), in their order; "" when none does. A long turn is a request whose
+    identifiers the facts lines keep; its words that change what the agent must do are kept this way (issue 20,
+    class 8: "use the streaming pipeline", said at the end of a 300-character message, was lost)."""
+    sentences = [s.strip() for s in _SENTENCE.findall(text)]
+    picked: list[str] = []
+    size = 0
+    for sentence in reversed([s for s in sentences if s and _DIRECTIVE.search(s)]):
+        size += len(sentence) + (len(EXCERPT_GAP) if picked else 0)
+        if size > max_chars:
+            break
+        picked.append(sentence)
+    return EXCERPT_GAP.join(reversed(picked))
+
+
 def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
-    """The short user turns of `messages`, oldest first: the text of each user message (not a summary) of at most
-    `SAID_TURN_CHARS` characters once its whitespace is collapsed, and the turns that the said lines of a drop
-    marker or a summary among them keep (`parse_said`)."""
+    """The user's words of `messages` that a said line keeps, oldest first: the text of each user message (not a
+    summary) of at most `SAID_TURN_CHARS` characters once its whitespace is collapsed, of a longer one its
+    instructions and corrections (`directive_excerpt`), and the turns that the said lines of a drop marker or a
+    summary among them keep (`parse_said`)."""
     out: list[str] = []
     for m in messages:
         if is_summary(m):
@@ -625,6 +658,8 @@ def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
             text = " ".join(content_text(m.content).split())
             if text and len(text) <= SAID_TURN_CHARS:
                 out.append(text)
+            elif text and (excerpt := directive_excerpt(text)):
+                out.append(excerpt)
     return out
 
 
@@ -939,7 +974,8 @@ class FactGuard:
         if not bound:
             return ""
         near = " ".join(besides.split())
-        turns = list(dict.fromkeys(t for t in said_turns(messages) if t not in near))
+        turns = list(dict.fromkeys(t for t in said_turns(messages)
+                                   if not all(part in near for part in t.split(EXCERPT_GAP))))
         kept: list[str] = []
         size = 0
         for turn in reversed(turns):

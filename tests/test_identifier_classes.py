@@ -19,9 +19,12 @@ from lc_compaction.markers import dropped_marker_facts, is_dropped_marker, is_su
 from lc_compaction.recall import IdentifierTracker, code_identifiers, code_present
 from lc_compaction.replay import replay_conversation
 from lc_compaction.facts import (
+    EXCERPT_GAP,
     FACTS_SEPARATOR,
     SAID_PREFIX,
+    SAID_TURN_CHARS,
     FactGuard,
+    directive_excerpt,
     message_text,
     parse_facts,
     parse_said,
@@ -43,6 +46,9 @@ def found(text: str) -> dict[str, str]:
     ("JOB 9F1C2A3B-0D4E-4F5A-8B6C-7D8E9FA0B1C2 FAILED", "9F1C2A3B-0D4E-4F5A-8B6C-7D8E9FA0B1C2", "uuid"),
     ("the database is at 10.0.0.12:5432 now", "10.0.0.12:5432", "ipv4"),
     ("ping 192.168.1.7 first", "192.168.1.7", "ipv4"),
+    ("The service listens on 10.0.12.7:8443.", "10.0.12.7:8443", "ipv4"),  # seen: split at a sentence's end
+    ("then ping 192.168.1.7.", "192.168.1.7", "ipv4"),
+    ("bind ::1.", "::1", "ipv6"),
     ("listen on [2001:db8::1]:8080 please", "[2001:db8::1]:8080", "ipv6"),
     ("the gateway fe80::1ff:fe23:4567:890a answers", "fe80::1ff:fe23:4567:890a", "ipv6"),
     ("bind ::1 only", "::1", "ipv6"),
@@ -191,6 +197,37 @@ def test_a_drop_marker_keeps_the_words_of_the_users_correction():
                                              strategies=[DropOldExchanges()]))
     (marker2,) = [m for m in again.messages if is_dropped_marker(m)]
     assert CORRECTION in parse_said(dropped_marker_facts(marker2))
+
+
+LONG_CORRECTION = ("About RQ-FACADE. " + "I talked with the platform team this morning and they said a few things "
+                   "about the rollout. " * 3 + "Do not use the batch pipeline, use the streaming pipeline.")
+"""Seen (issue 20, class 8, a new user's trial): a correction of 300 characters or more lost its words in the drop
+marker and the ledger; only its reference code stayed."""
+
+
+@pytest.mark.parametrize("ladder", ["drop", "ledger"])
+def test_a_long_turns_correction_keeps_its_words(ladder):
+    assert len(LONG_CORRECTION) > SAID_TURN_CHARS
+    history = correction_history()
+    history[3] = HumanMessage(LONG_CORRECTION, id="h1")
+    strategy = DropOldExchanges() if ladder == "drop" else Summarize(model=None)
+    result = compact(history, CompactionPolicy(max_input_tokens=700, token_counter="approximate",
+                                               strategies=[strategy]))
+    assert all(m.id != "h1" for m in result.messages), "the correction was compacted"
+    text = "\n".join(str(m.content) for m in result.messages)
+    assert "Do not use the batch pipeline, use the streaming pipeline." in text
+    if ladder == "drop":  # the marker quotes the instruction, not the whole turn (a ledger may hold its start)
+        assert "they said a few things" not in text
+
+
+def test_a_long_turn_gives_its_latest_instructions_within_the_bound():
+    turn = " ".join(f"Sentence {k} explains the context at length." for k in range(20)) + \
+        " Always use region eu-west-1. Never restart the primary."
+    excerpt = directive_excerpt(" ".join(turn.split()))
+    assert excerpt == f"Always use region eu-west-1.{EXCERPT_GAP}Never restart the primary."
+    assert directive_excerpt("Sentence one explains. " * 30) == ""
+    many = " ".join(f"Use option {k} for step {k}." for k in range(60))
+    assert len(directive_excerpt(many)) <= SAID_TURN_CHARS and directive_excerpt(many).endswith("Use option 59 for step 59.")
 
 
 def test_the_said_line_is_bounded_and_keeps_the_latest_turns():
