@@ -259,10 +259,11 @@ def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:
     return test
 
 
-def _then(first: Callable[[str], bool], expr: str) -> Callable[[str], bool]:
-    """`first`, a cheap test that every match of `expr` passes, then `expr` itself."""
-    pattern = re.compile(expr)
-    return lambda text: first(text) and pattern.search(text) is not None
+def _then(first: Callable[[str], bool], *exprs: str) -> Callable[[str], bool]:
+    """`first`, a cheap test that every match of the expressions passes, then a search with each expression in turn
+    (a match of the pattern holds a match of each)."""
+    patterns = [re.compile(expr) for expr in exprs]
+    return lambda text: first(text) and all(p.search(text) is not None for p in patterns)
 
 
 _NAMED = ("order", "ticket", "reservation", "booking", "invoice", "confirmation", "tracking", "case", "transaction",
@@ -271,6 +272,10 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 
 _HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
 """A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
+
+_PAIR_VALUE = r"(?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2}"
+"""The start of a keyed pair's value (`DEFAULT_PATTERNS["keyed_pair"]`): a digit or a capital letter ahead, two
+characters of the value."""
 
 _NEEDS: dict[str, Callable[[str], bool]] = {
     "url": _has("://"),
@@ -284,11 +289,13 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "keyed_id": _has('"'),
     "keyed_amount": _has('"'),
     "named_id": _has_word(*_NAMED, expr=r"(?:" + "|".join(_NAMED) + r")s?\b"),
-    "keyed_pair": _then(_has(": "), r": (?<=\w: )[^\s;\"'*`\\()\[\]]{2}"),
+    "keyed_pair": _then(_has(": "), r": (?<=\w: )" + _PAIR_VALUE,
+                        r"(?:id|Id|ID|number|Number|code|Code|ref|price|amount|balance|total|cost|fee|fare|charge|paid)"
+                        r"\w{0,20}: " + _PAIR_VALUE),
     "pytest_id": _has(".py::"),
     "file_line": _then(_has(":"), r"\.\w{1,8}:\d"),
     "uuid": _then(_has("-"), r"-" + _HEX + r"{4}-"),
-    "ipv6": _then(_has(":"), r":(?::|(?<=" + _HEX + r":)" + _HEX + r")"),
+    "ipv6": _then(_has(":"), rf"::(?:(?<={_HEX}::)|{_HEX})|:(?<={_HEX}:)(?:{_HEX}{{1,4}}:){{6}}{_HEX}"),
     "ipv4": _then(_has("."), r"\.(?<=\d\.)\d{1,3}\.\d"),
     "digest": _has_word("sha", "md5", "blake"),
     "line": _then(_has("ine "), r"ine \d(?<=[Ll]ine \d)"),
@@ -299,20 +306,21 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "slug": _then(_has("_", "-"), r"[_-](?<=[A-Za-z0-9][_-])[A-Za-z0-9]"),
     "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
 }
-"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text without
-it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows from
-its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its domain, a
-path a slash between two of its characters (`a/b`, `~/x`) or before a part and its slash (`/a/`), a drive's
-`X:\\` or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign,
-code or word, the keyed patterns a quote, a keyed pair a word character, a colon, a space and two characters of its
-value, a named id its noun and a word's end (`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a
-UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address `d.ddd.d`, a digest its
-algorithm's name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a
-dotted name a word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long
-hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a
-cheap literal that every match holds before the expression (`_then`): the same condition, read faster; each
-expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked after
-it by a lookbehind. Used only while the pattern is the built-in one."""
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
+without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows
+from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its
+domain, a path a slash between two of its characters (`a/b`, `~/x`) or before a part and its slash (`/a/`), a drive's
+`X:\\` or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign, code or word, the
+keyed patterns a quote, a keyed pair a word character, a colon, a space and the start of its value (`_PAIR_VALUE`),
+then its key's word before them (`ref` for `reference` and `refund`), a named id its noun and a word's end
+(`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` next to a
+hex digit (`h::`, `::h`: a shortened one) or its eight groups, an IPv4 address `d.ddd.d`, a digest its algorithm's
+name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a dotted name a
+word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long hexadecimal `0x`
+or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a cheap literal that
+every match holds before the expression (`_then`): the same condition, read faster; each expression starts with a
+literal or a set of characters (what `re` skips to at C speed), its context checked after it by a lookbehind. Used
+only while the pattern is the built-in one."""
 
 _NUM_REST = r"(?:\d{0,2}(?:,\d{3}){1,6}|\d{0,14})(?:\.\d{1,4})?"
 """`_NUM` after its first digit."""
@@ -339,6 +347,13 @@ _FAST: dict[str, str] = {
                rf"|(?<={_NOT_IN_CODE}\b[UEGJCAI])(?:(?<=U)SD|(?<=E)UR|(?<=G)BP|(?<=J)PY|(?<=C)HF|(?<=C)AD|(?<=A)UD|"
                rf"(?<=I)NR)\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
                rf"|(?<=(?<![\w,.]){_NOT_IN_CODE}\d){_NUM_REST}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w))"),
+    "keyed_pair": (r"\w(?<![\w\"']\w)(?=\w{0,68}+: )"
+                   r"(?:\w{0,39}(?:id|Id|ID|number|Number|code|Code|ref|reference|price|amount|balance|total|cost|"
+                   r"fee|refund|fare|charge|paid)|(?<=i)d|(?<=I)d|(?<=I)D|(?<=n)umber|(?<=N)umber|(?<=c)ode|(?<=C)ode|"
+                   r"(?<=r)ef|(?<=r)eference|(?<=p)rice|(?<=a)mount|(?<=b)alance|(?<=t)otal|(?<=c)ost|(?<=f)ee|"
+                   r"(?<=r)efund|(?<=f)are|(?<=c)harge|(?<=p)aid)\w{0,20}: "
+                   r"((?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2,64}?)"
+                   r"(?=[;,]?[*`]{0,3}(?:\s|$|\\n))"),
     "line": r"[Ll](?<=\b[Ll])ine \d{1,7}(?![\d.]\d|\w)",
     "error_type": (r"[A-Z](?<=(?<![\w.])[A-Z])(?:[A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|(?<=K)eyboardInterrupt|"
                    r"(?<=S)ystemExit|(?<=S)topIteration|(?<=G)eneratorExit)(?!\w)"),
