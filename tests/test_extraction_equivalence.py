@@ -93,7 +93,8 @@ _PIECES = ["order", "ORDER ", "Ticket", "reservation ID ", "tranſaction", "SHA2
            "</tag>", "and/or", "1.2.3.4", "1.2.3.4:8080", "1.2.3.4.5", "01.2.3.4", "2001:db8:0:0:0:0:2:1",
            "::ffff:10.0.0.1", "fe80::", "1::", "a::b::c", "[::1]", "[fe80::1]:443", '"order_id": "X1"',
            '"ref":"ABC123"', '"Id" : "a-b-c"', "order_id: X1;", "Total: 12.5, ", "code: `Z9`", "Order #W123",
-           "booking no. 4471", 'reservation ID "OBUT9V"', "confirmation is ZZ9Z", "ORDERS: AB-1234", "CASE 12345"]
+           "booking no. 4471", 'reservation ID "OBUT9V"', "confirmation is ZZ9Z", "ORDERS: AB-1234", "CASE 12345",
+           "a1_b", "ab-c_d-", "x_1-", "os.path.join", "self.x.y_1", "a.b.", "deadbeef1", "0xG", "cafe-1234567"]
 _ALPHABET = "AaBbCcDdEeFfXx0123456789-_#.,:;/\\@$€ \n\"'()[]{}+%~*`sTtl"
 
 
