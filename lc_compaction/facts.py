@@ -303,7 +303,8 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
                        "GeneratorExit"),
     "definition": _then(_has("def", "class"), r"(?:d(?<=\bd)ef|c(?<=\bc)lass)\s"),
     "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
-    "slug": _then(_has("_", "-"), r"[_-](?<=[A-Za-z0-9][_-])[A-Za-z0-9]"),
+    "slug": _then(_has("_", "-"), r"[_\d-](?:(?<=[A-Za-z0-9][_-])[A-Za-z0-9]{0,39}\d"
+                                  r"|(?<=\d)[A-Za-z0-9]{0,40}[_-](?<=[A-Za-z0-9][_-]))"),
     "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
 }
 """For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
@@ -316,11 +317,11 @@ then its key's word before them (`ref` for `reference` and `refund`), a named id
 (`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` next to a
 hex digit (`h::`, `::h`: a shortened one) or its eight groups, an IPv4 address `d.ddd.d`, a digest its algorithm's
 name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a dotted name a
-word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long hexadecimal `0x`
-or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a cheap literal that
-every match holds before the expression (`_then`): the same condition, read faster; each expression starts with a
-literal or a set of characters (what `re` skips to at C speed), its context checked after it by a lookbehind. Used
-only while the pattern is the built-in one."""
+word character, a dot and a letter, a slug a digit in one of its parts (after the `_` or `-` before it, or before the
+one after it), long hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at
+C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition, read faster;
+each expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked
+after it by a lookbehind. Used only while the pattern is the built-in one."""
 
 _NUM_REST = r"(?:\d{0,2}(?:,\d{3}){1,6}|\d{0,14})(?:\.\d{1,4})?"
 """`_NUM` after its first digit."""
