@@ -260,10 +260,11 @@ def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:
     return test
 
 
-def _then(first: Callable[[str], bool], expr: str) -> Callable[[str], bool]:
-    """`first`, a cheap test that every match of `expr` passes, then `expr` itself."""
-    pattern = re.compile(expr)
-    return lambda text: first(text) and pattern.search(text) is not None
+def _then(first: Callable[[str], bool], *exprs: str) -> Callable[[str], bool]:
+    """`first`, a cheap test that every match of the expressions passes, then a search with each expression in turn
+    (a match of the pattern holds a match of each)."""
+    patterns = [re.compile(expr) for expr in exprs]
+    return lambda text: first(text) and all(p.search(text) is not None for p in patterns)
 
 
 _NAMED = ("order", "ticket", "reservation", "booking", "invoice", "confirmation", "tracking", "case", "transaction",
@@ -273,10 +274,15 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
 """A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
 
+_PAIR_VALUE = r"(?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2}"
+"""The start of a keyed pair's value (`DEFAULT_PATTERNS["keyed_pair"]`): a digit or a capital letter ahead, two
+characters of the value."""
+
 _NEEDS: dict[str, Callable[[str], bool]] = {
     "url": _has("://"),
     "email": _then(_has("@"), r"@(?<=[A-Za-z0-9._%+-]@)[A-Za-z0-9-]"),
-    "path": _then(_has("/", "\\", "."), r"[/\\]|\." + _FILE_EXT + r"(?![\w.])"),
+    "path": _then(_has("/", "\\", "."), r"/(?:(?<=[\w.@+~-]/)[\w.@+-]|[\w.@+-]{1,128}/)|\\(?<=[A-Za-z]:\\)"
+                                          r"|\." + _FILE_EXT + r"(?![\w.])"),
     "date": _then(lambda t: "-" in t or "/" in t or any(c in t for c in "JFMASOND"),
                   r"-(?<=\d-)\d\d-\d|/(?<=\d/)\d|" + "|".join(_MONTH_NAMES)),
     "amount": _has("$", "€", "£", "¥", "₹", "USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "INR", "dollars", "euros",
@@ -284,11 +290,13 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "keyed_id": _has('"'),
     "keyed_amount": _has('"'),
     "named_id": _has_word(*_NAMED, expr=r"(?:" + "|".join(_NAMED) + r")s?\b"),
-    "keyed_pair": _then(_has(": "), r": (?<=\w: )[^\s;\"'*`\\()\[\]]{2}"),
+    "keyed_pair": _then(_has(": "), r": (?<=\w: )" + _PAIR_VALUE,
+                        r"(?:id|Id|ID|number|Number|code|Code|ref|price|amount|balance|total|cost|fee|fare|charge|paid)"
+                        r"\w{0,20}: " + _PAIR_VALUE),
     "pytest_id": _has(".py::"),
     "file_line": _then(_has(":"), r"\.\w{1,8}:\d"),
     "uuid": _then(_has("-"), r"-" + _HEX + r"{4}-"),
-    "ipv6": _then(_has(":"), r":(?::|(?<=" + _HEX + r":)" + _HEX + r")"),
+    "ipv6": _then(_has(":"), rf"::(?:(?<={_HEX}::)|{_HEX})|:(?<={_HEX}:)(?:{_HEX}{{1,4}}:){{6}}{_HEX}"),
     "ipv4": _then(_has("."), r"\.(?<=\d\.)\d{1,3}\.\d"),
     "digest": _has_word("sha", "md5", "blake"),
     "line": _then(_has("ine "), r"ine \d(?<=[Ll]ine \d)"),
@@ -296,27 +304,37 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
                        "GeneratorExit"),
     "definition": _then(_has("def", "class"), r"(?:d(?<=\bd)ef|c(?<=\bc)lass)\s"),
     "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
-    "slug": _then(_has("_", "-"), r"[_-](?<=[A-Za-z0-9][_-])[A-Za-z0-9]"),
+    "slug": _then(_has("_", "-"), r"[_\d-](?:(?<=[A-Za-z0-9][_-])[A-Za-z0-9]{0,39}\d"
+                                  r"|(?<=\d)[A-Za-z0-9]{0,40}[_-](?<=[A-Za-z0-9][_-]))"),
     "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
 }
-"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text without
-it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows from
-its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its domain, a
-path a slash, a backslash or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign,
-code or word, the keyed patterns a quote, a keyed pair a word character, a colon, a space and two characters of its
-value, a named id its noun and a word's end (`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a
-UUID `-hhhh-`, an IPv6 address `::` or a hex digit, a colon and a hex digit, an IPv4 address `d.ddd.d`, a digest its
-algorithm's name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a
-dotted name a word character, a dot and a letter, a slug an alphanumeric character, `_` or `-` and another, long
-hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at C speed), or a
-cheap literal that every match holds before the expression (`_then`): the same condition, read faster; each
-expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked after
-it by a lookbehind. Used only while the pattern is the built-in one."""
+"""For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
+without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows
+from its pattern in `DEFAULT_PATTERNS`: a URL has `://`, an e-mail a character of its name, `@` and one of its
+domain, a path a slash between two of its characters (`a/b`, `~/x`) or before a part and its slash (`/a/`), a drive's
+`X:\\` or a known extension, a date `d-dd-d`, `d/d` or a month's name, an amount a currency sign, code or word, the
+keyed patterns a quote, a keyed pair a word character, a colon, a space and the start of its value (`_PAIR_VALUE`),
+then its key's word before them (`ref` for `reference` and `refund`), a named id its noun and a word's end
+(`order_id` is no noun), a pytest id `.py::`, a file's line `.ext:N`, a UUID `-hhhh-`, an IPv6 address `::` next to a
+hex digit (`h::`, `::h`: a shortened one) or its eight groups, an IPv4 address `d.ddd.d`, a digest its algorithm's
+name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a dotted name a
+word character, a dot and a letter, a slug a digit in one of its parts (after the `_` or `-` before it, or before the
+one after it), long hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at
+C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition, read faster;
+each expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked
+after it by a lookbehind. Used only while the pattern is the built-in one."""
 
 _NUM_REST = r"(?:\d{0,2}(?:,\d{3}){1,6}|\d{0,14})(?:\.\d{1,4})?"
 """`_NUM` after its first digit."""
 
 _FAST: dict[str, str] = {
+    "path": (r"[\w.@+~/-](?<!\w(?s:.))"
+             r"(?:(?<=[A-Za-z]):\\(?:[\w.-]{1,128}+\\){0,32}[\w.-]{1,128}"
+             r"|(?<=(?<![/.@+~-])[~./])(?:(?<=~)/|(?<=\.)\.?/|(?<=/))(?:[\w.@+-]{1,128}+/){1,32}[\w.@+-]{1,128}"
+             r"|(?<=(?<![/.@+~-])[~.])(?:(?<=~)|(?<=\.)\.?)/[\w.@+-]{1,128}"
+             r"|(?=[\w@+-]{0,127}+[./])"
+             r"(?:(?<=(?<![/.@+-])[\w.@+-])[\w.@+-]{0,127}+/(?:[\w.@+-]{1,128}+/){0,31}[\w.@+-]{1,128}\.\w{1,8}"
+             rf"|(?<=(?<![/.-])[\w-])[\w-]{{0,127}}+(?:\.[\w-]{{1,64}}+){{0,8}}\.{_FILE_EXT}(?![\w.])))"),
     "email": (r"[A-Za-z0-9._%+-](?<=(?<![\w.%+-])[A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9-]{1,63}"
               r"(?:\.[A-Za-z0-9-]{1,63}){0,6}\.[A-Za-z]{2,24}\b"),
     "uuid": (rf"{_HEX}(?<=(?<![\w-]){_HEX}){_HEX}{{7}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}(?![\w-])"),
@@ -331,13 +349,20 @@ _FAST: dict[str, str] = {
                rf"|(?<={_NOT_IN_CODE}\b[UEGJCAI])(?:(?<=U)SD|(?<=E)UR|(?<=G)BP|(?<=J)PY|(?<=C)HF|(?<=C)AD|(?<=A)UD|"
                rf"(?<=I)NR)\s?{_NUM}(?:\s?(?:k|K|M|bn)\b|(?!\w))(?!-\w)"
                rf"|(?<=(?<![\w,.]){_NOT_IN_CODE}\d){_NUM_REST}\s?(?:{_CUR}|dollars|euros|pounds)\b(?!-\w))"),
+    "keyed_pair": (r"\w(?<![\w\"']\w)(?=\w{0,68}+: )"
+                   r"(?:\w{0,39}(?:id|Id|ID|number|Number|code|Code|ref|reference|price|amount|balance|total|cost|"
+                   r"fee|refund|fare|charge|paid)|(?<=i)d|(?<=I)d|(?<=I)D|(?<=n)umber|(?<=N)umber|(?<=c)ode|(?<=C)ode|"
+                   r"(?<=r)ef|(?<=r)eference|(?<=p)rice|(?<=a)mount|(?<=b)alance|(?<=t)otal|(?<=c)ost|(?<=f)ee|"
+                   r"(?<=r)efund|(?<=f)are|(?<=c)harge|(?<=p)aid)\w{0,20}: "
+                   r"((?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2,64}?)"
+                   r"(?=[;,]?[*`]{0,3}(?:\s|$|\\n))"),
     "line": r"[Ll](?<=\b[Ll])ine \d{1,7}(?![\d.]\d|\w)",
     "error_type": (r"[A-Z](?<=(?<![\w.])[A-Z])(?:[A-Za-z0-9]{0,60}(?:Error|Exception|Warning)|(?<=K)eyboardInterrupt|"
                    r"(?<=S)ystemExit|(?<=S)topIteration|(?<=G)eneratorExit)(?!\w)"),
     "definition": r"[dc](?:(?<=\bd)ef|(?<=\bc)lass)\s{1,8}([A-Za-z_]\w{0,80})(?=\s{0,8}[(:])",
-    "dotted": r"[A-Za-z_](?<=(?<![\w./@-])[A-Za-z_])\w{1,80}(?:\.[A-Za-z_]\w{0,80}){1,8}(?![\w-]|\.[A-Za-z_])",
-    "hex": (r"[0-9a-f](?:(?<=(?<![\w-])(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f])[0-9a-f]{6,63}(?![\w-])"
-            r"|(?<=\b0)x[0-9A-Fa-f]{4,32}\b)"),
+    "dotted": r"[A-Za-z_](?<![\w./@-][A-Za-z_])\w{1,80}+(?:\.[A-Za-z_]\w{0,80}+){1,8}+(?![\w-]|\.[A-Za-z_])",
+    "hex": (r"[0-9a-f](?:(?<![\w-][0-9a-f])(?=[0-9a-f]{6})(?<=(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f])"
+            r"[0-9a-f]{6,63}+(?![\w-])|(?<=\b0)x[0-9A-Fa-f]{4,32}\b)"),
     "code": (r"[#A-Z0-9](?:(?<=#)[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
              r"|(?<=(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{0,19}"
              r"(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
@@ -345,8 +370,8 @@ _FAST: dict[str, str] = {
              r"|(?<=(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
              r"(?![YMDHS]{2,4}(?:-[YMDHS]{2,4}){1,2}(?![\w-]))[A-Z])"
              r"[A-Z]{0,19}(?:-[A-Z]{1,20}){1,5}(?![\w-]))"),
-    "slug": (r"[A-Za-z](?<=(?<![\w-])(?=[\w-]{0,80}\d)[A-Za-z])[A-Za-z0-9]{0,40}(?:[_-][A-Za-z0-9]{1,40}){1,8}"
-             r"(?![\w-])"),
+    "slug": (r"[A-Za-z](?<![\w-][A-Za-z])(?=[A-Za-z0-9]{0,40}+[_-])(?=[\w-]{0,79}\d)"
+             r"[A-Za-z0-9]{0,40}+(?:[_-][A-Za-z0-9]{1,40}+){1,8}+(?![\w-])"),
     "number": r"\d(?<=(?<![\w.,])\d)(?:\d{0,2}(?:,\d{3}){1,6}|\d{2,29})(?:\.\d{1,6})?(?!\w)",
 }
 """For a built-in pattern, an expression with the same matches (the same spans and groups, in the same order) that
@@ -355,7 +380,12 @@ where an expression that starts with a lookbehind or `\b` is tried at every posi
 pattern asks for before its first character is asked by a lookbehind of one character after it (`(?<=A[x])` after
 `[x]`: the assertion A at the match's start; a lookahead inside a lookbehind looks on past it). A repetition that
 starts the match gives its first character (`[x]{1,20}` is `[x]` then `[x]{0,19}`, tried longest first as before),
-and the alternatives of a pattern keep their order, each after a lookbehind of its first character. Equal to
+and the alternatives of a pattern keep their order, each after a lookbehind of its first character (a context all
+of them ask for is asked once, first: the path's `(?<!\\w(?s:.))`, no word character before the first). A run that
+must be followed by a character it cannot hold is taken possessively (`[x]{1,128}+/`: a shorter run is followed by
+an `x`, never by the `/`, so nothing is lost by not trying it), and alternatives that read the same run first are
+tried only when a lookahead finds what ends it (the path's `(?=[\\w@+-]{0,127}+[./])`: a part before its `/`, or a
+name before its extension's `.`; a text's words are mostly neither, and are read once). Equal to
 `DEFAULT_PATTERNS` on the shared traces, the cases and generated texts (`tests/test_extraction_equivalence.py`);
 used only while the pattern is the built-in one (as `_NEEDS`)."""
 

@@ -86,7 +86,15 @@ _PIECES = ["order", "ORDER ", "Ticket", "reservation ID ", "tranſaction", "SHA2
            "4421486", "1,234", "255.0", "12.345.678", " ", "  ", "\n", ", ", "; ", "-", "_", "/", ".", ":", ": ",
            "\"", "'", "#", "@", "(", ")", "[", "]", "K", "ſ", "ı", "日本", "٣", "x", "A", "7", "f", "Z9", "SKU-00001",
            "CAD 5", "5 CAD", "July 4", "Jul 4th, 2024", "4 July, 2024", "AUD", "INR 3",
-           '{"order_id": "#W1000007", "status": "delivered", "total": 11.37, "sku": "SKU-00001"}']
+           '{"order_id": "#W1000007", "status": "delivered", "total": 11.37, "sku": "SKU-00001"}',
+           # the alternatives of the rewritten patterns (`_FAST`, `_NEEDS`): paths, addresses, keyed and named ids
+           "C:\\dir\\f.txt", "d:\\x\\", "\\", "~/a/b", "../a/b", "./x", "..", "~", ".git/config", "a/b/c.txt",
+           "pkg/mod.py", "setup.cfg", "x.tar.gz", "/a/b/", "//", "@scope/pkg.js", "+a/b.c", "-a.py", "a-b.json",
+           "</tag>", "and/or", "1.2.3.4", "1.2.3.4:8080", "1.2.3.4.5", "01.2.3.4", "2001:db8:0:0:0:0:2:1",
+           "::ffff:10.0.0.1", "fe80::", "1::", "a::b::c", "[::1]", "[fe80::1]:443", '"order_id": "X1"',
+           '"ref":"ABC123"', '"Id" : "a-b-c"', "order_id: X1;", "Total: 12.5, ", "code: `Z9`", "Order #W123",
+           "booking no. 4471", 'reservation ID "OBUT9V"', "confirmation is ZZ9Z", "ORDERS: AB-1234", "CASE 12345",
+           "a1_b", "ab-c_d-", "x_1-", "os.path.join", "self.x.y_1", "a.b.", "deadbeef1", "0xG", "cafe-1234567"]
 _ALPHABET = "AaBbCcDdEeFfXx0123456789-_#.,:;/\\@$€ \n\"'()[]{}+%~*`sTtl"
 
 
@@ -115,7 +123,8 @@ def _run_texts() -> list[str]:
     the patterns look at: what a fast form's shifted bound (`{0,19}` for `{1,20}`) must get exactly right."""
     runs = ["A", "1", "f", "a", "A1", "1a", "Z-", "a_", "a.", "1,000", "12.", "x@", "a/"]
     sides = [("", ""), (" ", " "), ("#", ""), ("-", "-"), ("x.", ".py"), ("", "@ex.com"), ("", ":1"), ("SKU-", "Z"),
-             ("0x", ""), ("", "-1"), ("", " USD"), ("$", "k"), ("", "1"), ("", ".b"), ("b_", "1"), ("", "_1")]
+             ("0x", ""), ("", "-1"), ("", " USD"), ("$", "k"), ("", "1"), ("", ".b"), ("b_", "1"), ("", "_1"),
+             ("/", "/a.py"), ("C:\\", "\\f"), ("~/", ".txt"), ("", "/b.c")]
     near = [n for b in (1, 8, 16, 20, 30, 40, 60, 64, 80, 128) for n in range(b - 2, b + 3) if n > 0]
     out = [before + run * (n // len(run) + 1) + after for run in runs for n in near for before, after in sides]
     # segmented tokens (`AB-12-CD`, `a_b_1`, `x.y.z`) of lengths near the bounds of their patterns
