@@ -227,7 +227,8 @@ def test_a_long_turn_gives_its_latest_instructions_within_the_bound():
     assert excerpt == f"Always use region eu-west-1.{EXCERPT_GAP}Never restart the primary."
     assert directive_excerpt("Sentence one explains. " * 30) == ""
     many = " ".join(f"Use option {k} for step {k}." for k in range(60))
-    assert len(directive_excerpt(many)) <= SAID_TURN_CHARS and directive_excerpt(many).endswith("Use option 59 for step 59.")
+    excerpt = directive_excerpt(many)
+    assert len(excerpt) <= SAID_TURN_CHARS and excerpt.endswith("Use option 59 for step 59.")
 
 
 def test_the_said_line_is_bounded_and_keeps_the_latest_turns():
