@@ -652,8 +652,9 @@ _DIRECTIVE = re.compile(
     r"(?i)\b(?:instead|don'?t|do not|never|always|must|stop|switch|prefer|rather|actually|wrong|correction|"
     r"avoid|use|only|make sure|from now on)\b")
 """The words that make a sentence an instruction or a correction ("do not use the batch pipeline, use the streaming
-one", "actually, the date is wrong"): the words of the corrections in the shared cases and traces (tau-bench's
-users change their minds with "actually", "instead", "rather"; the cases' corrections say "use", "do not")."""
+one", "actually, the date is wrong"): chosen by hand from English imperatives and correction words, not fitted to
+data. In the shared tau-bench conversations, user turns hold "use" 30 times, "instead" 12, "actually" 6 and "do
+not" once (counted with grep over the recorded user messages)."""
 
 
 def directive_excerpt(text: str, max_chars: int = SAID_TURN_CHARS) -> str:
