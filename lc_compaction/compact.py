@@ -406,8 +406,10 @@ class _Compaction:
         steps = st.steps()
         keep_from = steps[-1].start if steps and steps[-1].kind == "assistant" else len(msgs)
         pinned = [self.policy.is_pinned_by_caller(m) for m in msgs]
-        protect(st.slots, keep_from, pinned, steps)
-        st.pass_name = "hard" if self.over_budget() else "relaxed"
+        over_budget = self.over_budget()
+        # over the budget, a kept dedup note's earlier copy does not hold its step (`ladder.protect`)
+        protect(st.slots, keep_from, pinned, steps, keep_copies=not over_budget)
+        st.pass_name = "hard" if over_budget else "relaxed"
         loop_goal = self.policy.loop_goal()
         if loop_goal is not None and self.goal_tokens is not None and loop_goal < self.goal_tokens:
             loop = running_steps(msgs, steps)

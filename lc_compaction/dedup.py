@@ -258,8 +258,10 @@ def restorations(notes: Sequence[tuple[int, BaseMessage]], gone: Sequence[BaseMe
 
 def referenced(messages: Sequence[BaseMessage]) -> dict[int, int]:
     """`{j: k}`: the earlier copy `messages[j]` that deduplication notes point at, and the index `k` of the latest
-    such note. `ladder.protect` keeps an earlier copy's step whenever a note pointing at it is kept: taking the copy
-    out would only move its content forward (`restorations`), breaking the cached prefix for nothing."""
+    such note. `ladder.protect` keeps an earlier copy's step whenever a note pointing at it is kept, in a pass that
+    need not fit the budget: taking the copy out would only move its content forward (`restorations`), breaking
+    the cached prefix for nothing. Over the budget the copy's step may go (a large step it sits in could hold the
+    history over the budget) and the note gets the content back."""
     at = {m.id: i for i, m in enumerate(messages) if m.id and kind(m) == TOOL}
     out: dict[int, int] = {}
     for k, m in enumerate(messages):

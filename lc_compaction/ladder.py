@@ -541,7 +541,7 @@ class SummaryRun:
 
 
 def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
-            steps: list[Step] | None = None) -> None:
+            steps: list[Step] | None = None, *, keep_copies: bool = True) -> None:
     """Set the pinned / kept flags of `slots` for one pass (see `LadderState`).
 
     Pinned: leading system messages, the first and the latest request (`is_request`: never a summary or a
@@ -553,8 +553,11 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     request has answered (a running request's loop keeps a thinking-first step first by itself: `progress.py`,
     rule 3; its results may be truncated and its text cut, its thinking blocks never are), and the
     request of every exchange holding a pinned or kept message other than a system one. Kept: every message from
-    `keep_from` on, moved back to the start of its step, and the step of every earlier copy that a kept
-    deduplication note points at (`dedup.referenced`). The first assistant step after the latest request's last
+    `keep_from` on, moved back to the start of its step, and, with `keep_copies`, the step of every earlier copy
+    that a kept deduplication note points at (`dedup.referenced`). Without it (a pass that must fit the budget,
+    `compact.Compaction.start_second_pass`) that step may be folded like any other: a kept note whose copy leaves
+    gets the content back (`dedup.restorations`), so nothing the note stood for is lost, and a large step the
+    copy sits in (a pinned-size thinking step, say) no longer holds the history over the budget. The first assistant step after the latest request's last
     mid-history system note is pinned too when it starts with a thinking block: Anthropic starts a turn at that
     note (a user message with text), and that step opens it.
     """
@@ -572,7 +575,7 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     for i in range(keep_from, n):
         slots[i].kept = True
     # an earlier copy that a kept deduplication note points at is as recent as the note (`dedup.referenced`)
-    copies = {j for j, k in referenced(msgs).items() if k >= keep_from and j < keep_from}
+    copies = {j for j, k in referenced(msgs).items() if k >= keep_from and j < keep_from} if keep_copies else ()
     if copies:
         for st in steps:
             if copies.intersection(st.indices):

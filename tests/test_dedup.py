@@ -437,18 +437,43 @@ def _graph(mode: str) -> tuple[Any, list[list[BaseMessage]]]:
     return builder.compile(checkpointer=InMemorySaver()), sent
 
 
-def test_the_earlier_copy_stays_while_a_kept_note_points_at_it() -> None:
-    """When a note pointing at an earlier copy is in the kept part (here the most recent step), the copy's step is
-    kept too (`dedup.referenced`): dropping it would only move the listing forward. What goes instead is the rest."""
+def _noted_listings() -> list[BaseMessage]:
+    """Three exchanges that read the same listing, the first step with a long text, the agent about to read the
+    third listing (its result is the newest step); the repeats already deduplicated on arrival."""
     history = listing_history(3)[:-1]  # ends with the third exchange's answer: make its listing the newest step
     history = history[:-1]  # ... without the answer: the agent is about to read the third listing
     history[2] = ai_call("c0", "a0", "Let me look at the drive first. " * 250, name="list_files")
-    noted = compact(history, CompactionPolicy(max_input_tokens=100_000, token_counter="approximate")).messages
-    policy = CompactionPolicy(max_input_tokens=2_000, token_counter="approximate", strategies=[DropOldExchanges()])
+    return compact(history, CompactionPolicy(max_input_tokens=100_000, token_counter="approximate")).messages
+
+
+def test_the_earlier_copy_stays_while_a_kept_note_points_at_it() -> None:
+    """In a pass that need not fit the budget (the history fits, it is above the trigger), when a note pointing at
+    an earlier copy is in the kept part (here the most recent step), the copy's step is kept too
+    (`dedup.referenced`): dropping it would only move the listing forward. What goes instead is the rest."""
+    noted = _noted_listings()
+    policy = CompactionPolicy(max_input_tokens=4_000, trigger=("tokens", 2_000), token_counter="approximate",
+                              strategies=[DropOldExchanges()])
+    assert 2_000 < policy.counter.count_messages(noted) <= 4_000
     result = compact(noted, policy)
     by_id = {m.id: m for m in result.messages}
     assert result.triggered and by_id["t0"].content == LISTING and same_as(by_id["t2"]) == "t0"
     assert not [a for a in result.actions if a.kind == "restored"]
+    check_notes(result.messages)
+
+
+def test_over_the_budget_the_earlier_copy_may_go_and_the_note_follows_the_content() -> None:
+    """Over the budget, the copy's step does not hold its place (its long text would keep the history over the
+    budget): it may go, and the kept note gets the listing back (`dedup.restorations`), so the agent still sees it
+    once."""
+    noted = _noted_listings()
+    policy = CompactionPolicy(max_input_tokens=2_000, token_counter="approximate", strategies=[DropOldExchanges()])
+    assert policy.counter.count_messages(noted) > 2_000
+    result = compact(noted, policy)
+    by_id = {m.id: m for m in result.messages}
+    assert result.triggered and result.fits, result.stop_reason
+    listings = [m for m in result.messages if isinstance(m, ToolMessage) and m.content == LISTING]
+    assert len(listings) == 1 and not is_deduplicated(listings[0])
+    assert "t0" not in by_id or by_id["t0"].content != LISTING
     check_notes(result.messages)
 
 

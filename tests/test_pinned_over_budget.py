@@ -11,6 +11,7 @@ The checks below are the test's own (what a step, a pin, a cut is), apart from t
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -26,19 +27,31 @@ def thinking(n: int, chars: int) -> dict:
             "signature": f"sig{n}"}
 
 
-def step(n: int, *, think: int = 0, results: tuple[int, ...] = (8_800,), said: int = 0) -> list[BaseMessage]:
+def file_text(n: int, k: int, size: int) -> str:
+    """The content (characters) of the k-th file that step n reads."""
+    return (f"line {n}.{k}: def handler(request): return respond(request) # " * size)[:size]
+
+
+def step(n: int, *, think: int = 0, results: tuple[int, ...] = (8_800,), said: int = 0,
+         rereads: tuple[tuple[int, int], ...] = ()) -> list[BaseMessage]:
     """Step n: an assistant message (a thinking block of `think` characters first when > 0, then `said`
-    characters of text) reading one file per entry of `results`, and the results of those sizes (characters)."""
+    characters of text) reading one file per entry of `results`, and the results of those sizes (characters);
+    then, for each `(m, size)` of `rereads`, the first file of step m read again (the same path, the same content
+    of `size` characters as step m's result), a repeat that deduplication turns into a note pointing at it."""
     calls = [{"name": "read_file", "args": {"path": f"src/mod_{n}_{k}.py"}, "id": f"c{n}_{k}", "type": "tool_call"}
              for k in range(len(results))]
+    calls += [{"name": "read_file", "args": {"path": f"src/mod_{m}_0.py"}, "id": f"c{n}_r{m}", "type": "tool_call"}
+              for m, _ in rereads]
     content: list = [thinking(n, think)] if think else []
     content += [{"type": "text", "text": (f"Reading part {n} of the module to compare handlers. " * said)[:said]}
                 ] if said else []
     content += [{"type": "tool_use", "id": c["id"], "name": "read_file", "input": c["args"]} for c in calls]
     out: list[BaseMessage] = [AIMessage(content, tool_calls=calls, id=f"a{n}")]
     for k, size in enumerate(results):
-        out.append(ToolMessage((f"line {n}.{k}: def handler(request): return respond(request) # " * size)[:size],
-                               tool_call_id=f"c{n}_{k}", id=f"t{n}_{k}", name="read_file"))
+        out.append(ToolMessage(file_text(n, k, size), tool_call_id=f"c{n}_{k}", id=f"t{n}_{k}", name="read_file"))
+    for m, size in rereads:
+        out.append(ToolMessage(file_text(m, 0, size), tool_call_id=f"c{n}_r{m}", id=f"t{n}_r{m}",
+                               name="read_file"))
     return out
 
 
@@ -85,6 +98,45 @@ def test_a_large_first_thinking_step_is_folded_into_the_latest_thinking_step():
     assert missing_running_calls(msgs, out) == []  # every call of the loop still named
     check("thinking_leads_active_turn", CheckContext(input=msgs, output=out))
     check_all_structural(msgs, out)
+
+
+def test_a_repeated_result_does_not_keep_the_large_thinking_step_it_repeats():
+    """The latest step reads the first step's file again: its result is a deduplication note pointing at the first
+    step's copy. Over the budget, that copy does not hold the first step (its 20,000-character thinking block) in
+    place: the earlier steps fold into the latest, the note gets the file's content back, and it fits."""
+    msgs = loop(step(0, think=20_000, results=(1_200,)), step(1, results=(8_800, 8_800)),
+                step(2, think=400, results=(300,), rereads=((0, 1_200),)))
+    result = compact(msgs, POLICY)
+    assert result.fits and result.stop_reason != "pinned_over_budget", result.stop_reason
+    out = result.messages
+    assert any(a.kind == "deduplicated" for a in result.actions)  # the repeat was a note on the way
+    by_id = {m.id: m for m in out}
+    assert by_id["t2_r0"].content == file_text(0, 0, 1_200)  # the file, once, where the agent read it last
+    assert loop_steps(out)[0][0].id == "a2" and loop_steps(out)[0][0].content[0] == msgs[-3].content[0]
+    check("thinking_leads_active_turn", CheckContext(input=msgs, output=out))
+    check_all_structural(msgs, out)
+
+
+@pytest.mark.parametrize("trigger_tokens", [3_000, 5_700])
+def test_a_repeated_result_keeps_the_file_whole_once_when_the_history_fits(trigger_tokens):
+    """The same history under a window it fits, above the trigger (3,000 tokens) or below it (5,700; the history
+    is about 5,900 tokens, the note saves about 300): the file's content stays whole exactly once. Either the first
+    step's copy stays and the latest step's result is a note pointing at it (nothing moved, the cached prefix
+    kept), or the copy was truncated as an old result and the note got the content back."""
+    msgs = loop(step(0, think=2_000, results=(1_200,)), step(1, results=(8_800, 8_800)),
+                step(2, think=400, results=(300,), rereads=((0, 1_200),)))
+    policy = CompactionPolicy(max_input_tokens=20_000, trigger=("tokens", trigger_tokens), reserve=0,
+                              token_counter="approximate")
+    result = compact(msgs, policy)
+    assert result.fits, result.stop_reason
+    by_id = {m.id: m for m in result.messages}
+    whole = [i for i in ("t0_0", "t2_r0") if by_id[i].content == file_text(0, 0, 1_200)]
+    assert len(whole) == 1, whole
+    if whole == ["t0_0"]:
+        assert (by_id["t2_r0"].response_metadata.get(MARK_KEY) or {}).get("same_as") == "t0_0"
+    else:
+        assert (by_id["t0_0"].response_metadata.get(MARK_KEY) or {}).get("kind") == "truncated"
+    check_all_structural(msgs, result.messages)
 
 
 def test_without_a_later_thinking_step_the_first_step_stays_and_its_results_are_cut():
@@ -147,10 +199,14 @@ call's arguments, a preview and identifiers: at most about 850 characters), so f
 def thinking_loops(draw):
     n = draw(st.integers(2, 6))
     steps = []
+    drawn: list[tuple[int, ...]] = []  # each step's result sizes, for a later step's re-read
     for k in range(n):
         think = draw(st.sampled_from([0, 0, 300, 4_000, 20_000]))
         results = tuple(draw(st.lists(st.integers(1_500, 9_000), min_size=1, max_size=2)))
-        steps.append(step(k, think=think, results=results))
+        earlier = [(m, sizes[0]) for m, sizes in enumerate(drawn)]
+        rereads = tuple(draw(st.lists(st.sampled_from(earlier), max_size=1, unique=True))) if earlier else ()
+        drawn.append(results)
+        steps.append(step(k, think=think, results=results, rereads=rereads))
     system = draw(st.sampled_from(["You are a coding agent.", "Follow the policy. " * 300]))
     return loop(*steps, system=system)
 
