@@ -557,9 +557,9 @@ def protect(slots: list[Slot], keep_from: int, pinned_by_caller: Sequence[bool],
     that a kept deduplication note points at (`dedup.referenced`). Without it (a pass that must fit the budget,
     `compact.Compaction.start_second_pass`) that step may be folded like any other: a kept note whose copy leaves
     gets the content back (`dedup.restorations`), so nothing the note stood for is lost, and a large step the
-    copy sits in (a pinned-size thinking step, say) no longer holds the history over the budget. The first assistant step after the latest request's last
-    mid-history system note is pinned too when it starts with a thinking block: Anthropic starts a turn at that
-    note (a user message with text), and that step opens it.
+    copy sits in (a pinned-size thinking step, say) no longer holds the history over the budget. The first
+    assistant step after the latest request's last mid-history system note is pinned too when it starts with a
+    thinking block: Anthropic starts a turn at that note (a user message with text), and that step opens it.
     """
     msgs = [s.message for s in slots]
     steps = split_steps(msgs) if steps is None else steps
