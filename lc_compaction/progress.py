@@ -107,7 +107,7 @@ from lc_compaction._note import (
     with_note,
     without_note,
 )
-from lc_compaction.facts import FactGuard, Identifier, contains, without_keys
+from lc_compaction.facts import FactGuard, Identifier, choose, contains, fits_chars, without_keys
 from lc_compaction.structure import Step, running_steps, split_exchanges
 
 if TYPE_CHECKING:
@@ -172,10 +172,9 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
     and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
     note's earlier lines, as a text or as a `_presence.Presence` that grows a line at a time) holds, at most
-    `FACTS_CHARS` characters of them: those only the result holds after its start (`FACTS_LEAD`), the others
-    after `SAID_LEAD`; " (+n more)" ends a line that
-    could not list them all (" (+more)" when the list filled up before the end of the result: `FactGuard.first`
-    reads only as much of it as the list needs). With `recall` (the result's store key, offload on:
+    `FACTS_CHARS` characters of them (`FactGuard.first`: chosen by `facts.choose`, one of each shape a round, so a
+    log's timestamps do not push out its rare ids): those only the result holds after its start (`FACTS_LEAD`),
+    the others after `SAID_LEAD`; " (+n more)" ends a line that could not list them all. With `recall` (the result's store key, offload on:
     `LadderState.recall_key`), the line also names the call that reads the whole result back:
     `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
@@ -218,14 +217,8 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     # the first identifiers of the call and the result's start, then those a truncated result's note lists
     # (the result's error and exit-status lines and its last lines first: `_preview.signal_lines`)
     signals = signal_lines(full) if result is not None else ""
-    shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS)
-    if left == 0:
-        for i in (Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v):
-            if new(i):
-                if left or len(FACTS_SEPARATOR.join([*shown, i.value])) > FACTS_CHARS:
-                    left += 1
-                else:
-                    shown.append(i.value)
+    shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS,
+                              then=[Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v])
     if not shown and left == 0:
         return line
     # the identifiers only the result holds are the result's (after its start), the others the call's own
@@ -233,7 +226,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     from_tool = {v for v in shown if v not in in_own and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
-    more = " (+more)" if left is None else f" (+{left} more)" if left else ""
+    more = f" (+{left} more)" if left else ""
     return defang(head + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else "") + tail
                   + (f"{SAID_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more)
 
@@ -389,10 +382,10 @@ def _line_identifiers(parts: NoteLine) -> tuple[list[str], list[str]]:
 
 def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard | None) -> str:
     """One line for `lines` (the note's oldest, an earlier collapsed line among them): how many calls, by tool in
-    the order first made, how many failed, and the newest of the identifiers of `originals` (the same lines
-    before `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments
-    and the results' starts show), `FACTS_CHARS` characters at most, those that came from results fenced as tool
-    data; " (+more)" ends a line that could not list them all."""
+    the order first made, how many failed, and the identifiers of `originals` (the same lines before
+    `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments and the
+    results' starts show) that `facts.choose` keeps in `FACTS_CHARS` characters (one of each shape a round, the
+    newest first, the tools' before the plain ones), those that came from results fenced as tool data; " (+more)" ends a line that could not list them all."""
     tally: dict[str, int] = {}
     plain: dict[str, None] = {}
     tool: dict[str, None] = {}
@@ -415,16 +408,12 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
                 seen[v] = None  # the newest occurrence last
     head = (f"- [{sum(tally.values())} earlier calls: "
             f"{', '.join(f'{name} x{n}' for name, n in tally.items())}{f'; {failed} failed' if failed else ''}]")
-    kept_plain: list[str] = []
-    kept_tool: list[str] = []
-    room = FACTS_CHARS
-    newest = [(v, kept_tool) for v in reversed(tool)] + [(v, kept_plain) for v in reversed(plain)]
-    for v, into in newest:
-        if len(v) + len(FACTS_SEPARATOR) > room:
-            more = True
-            continue
-        room -= len(v) + len(FACTS_SEPARATOR)
-        into.insert(0, v)
+    # the tools' newest first, then the plain ones' (`choose`: one of each shape a round)
+    values = [*plain, *tool]
+    picked = choose(values, fits_chars(values, FACTS_CHARS - len(FACTS_SEPARATOR)))
+    more = more or len(picked) < len(values)
+    kept_plain = [values[j] for j in picked if j < len(plain)]
+    kept_tool = [values[j] for j in picked if j >= len(plain)]
     listed = ids_text(FACTS_SEPARATOR.join(kept_tool), FACTS_SEPARATOR.join(kept_plain))
     return defang(head + listed + (" (+more)" if more else ""))
 
