@@ -705,8 +705,13 @@ def parse_said(text: str) -> list[str]:
 EXCERPT_GAP = " … "
 """Between the sentences of a long user turn that a said line quotes (`directive_excerpt`): what was left out."""
 
-_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
-"""A sentence of a user's turn: up to its end mark (`.`, `!`, `?`) or a line break."""
+_SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=\S))*(?:[.!?]+|\n|$)")
+"""A sentence of a user's turn: up to its end mark (`.`, `!`, `?` before a space or the end: the dots of
+`10.0.12.7:8443` or `v2.1` end nothing) or a line break."""
+
+_LOG_LINE = re.compile(r"(?i)\W{0,3}(?:\d|line \d)")
+"""The start of a line of a log pasted in a user's turn (its timestamp, its number, `line N`): data, not an
+instruction, even when it holds an imperative word ("12: use fallback"); `directive_excerpt` skips it."""
 
 _DIRECTIVE = re.compile(
     r"(?i)\b(?:instead|don'?t|do not|never|always|must|stop|switch|prefer|rather|actually|wrong|correction|"
@@ -722,11 +727,16 @@ def directive_excerpt(text: str, max_chars: int = SAID_TURN_CHARS) -> str:
     (`_DIRECTIVE`), each word for word, joined by `EXCERPT_GAP`, the latest that fit in `max_chars` characters (a
     correction comes after what it explains), in their order; "" when none does. A long turn is a request whose
     identifiers the facts lines keep; its words that change what the agent must do are kept this way (issue 20,
-    class 8: "use the streaming pipeline", said at the end of a 300-character message, was lost)."""
-    sentences = [s.strip() for s in _SENTENCE.findall(text)]
+    class 8: "use the streaming pipeline", said at the end of a 300-character message, was lost). Sentences are
+    read before whitespace is collapsed (a line break ends one) and each is then collapsed; a line of a pasted log
+    (`_LOG_LINE`) is none, and one longer than `max_chars` alone is skipped (a numbered log pasted before the
+    correction does not push it out)."""
+    sentences = [" ".join(s.split()) for s in _SENTENCE.findall(text)]
     picked: list[str] = []
     size = 0
-    for sentence in reversed([s for s in sentences if s and _DIRECTIVE.search(s)]):
+    for sentence in reversed([s for s in sentences if s and not _LOG_LINE.match(s) and _DIRECTIVE.search(s)]):
+        if len(sentence) > max_chars:
+            continue
         size += len(sentence) + (len(EXCERPT_GAP) if picked else 0)
         if size > max_chars:
             break
@@ -746,10 +756,11 @@ def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
         elif is_dropped_marker(m):
             out.extend(parse_said(dropped_marker_facts(m)))
         elif isinstance(m, HumanMessage):
-            text = " ".join(content_text(m.content).split())
+            raw = content_text(m.content)
+            text = " ".join(raw.split())
             if text and len(text) <= SAID_TURN_CHARS:
                 out.append(text)
-            elif text and (excerpt := directive_excerpt(text)):
+            elif text and (excerpt := directive_excerpt(raw)):
                 out.append(excerpt)
     return out
 
