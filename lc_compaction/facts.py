@@ -62,7 +62,7 @@ from lc_compaction.markers import (
     is_dropped_marker,
     is_summary,
     outside_fences,
-    read_truncation_note,
+    result_parts,
     summary_text,
     unfence,
 )
@@ -926,18 +926,19 @@ class FactGuard:
         return found
 
     def extract_result(self, message: BaseMessage) -> list[Identifier]:
-        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
-        (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
-        kind "carried", with their keys), never the note's own words and size; of a `keyed` tool result, each with
-        the key of its field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
-        note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
-        if note is None:
-            text = message_text(message)
-            if isinstance(message, ToolMessage) and keyed(text):
-                return _distinct(i for _, i in _with_keys(text, self._found(text))[0])
-            return self.extract(text)
-        listed = (_carried(v) for v in _values(note.identifiers))
-        return _distinct([*self.extract(note.start), *listed])
+        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a result compaction
+        shortened (a truncation note, an arrival preview, a cut: `markers.result_parts`), those of what it shows of
+        the original, then those its note lists (read back verbatim, kind "carried", with their keys), never the
+        note's own words, sizes, store key or recall instruction; of a `keyed` tool result, each with the key of its
+        field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
+        if not isinstance(message, ToolMessage):
+            return self.extract(message_text(message))
+        text = message_text(message)
+        own, listed = result_parts(text)
+        found = _with_keys(own, self._found(own))[0] if keyed(own) else self._found(own)
+        if own is text:
+            return _distinct(i for _, i in found)
+        return _distinct([*(i for _, i in found), *(_carried(v) for v in _values(listed))])
 
     def extract_messages(self, messages: Iterable[BaseMessage], *,
                          memo: dict[Any, Any] | None = None) -> list[Identifier]:

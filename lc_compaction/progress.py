@@ -88,13 +88,13 @@ from lc_compaction.markers import (
     FACTS_SEPARATOR,
     MARK_KEY,
     PROGRESS_PREFIX,
-    before_cut,
     defang,
     fence,
     fenced_spans,
     unfence,
     RECALL_TOOL_NAME,
     read_truncation_note,
+    result_parts,
 )
 from lc_compaction._note import (
     FACTS_LEAD,
@@ -140,8 +140,9 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     """(size in characters, start of the text, identifiers listed, failure) of a tool result as it was before any
     cut: a truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the
     original size, start and failure it recorded, and the identifiers it lists (their fenced text, without the
-    tool's name); a result cut in place by the last resort gives its original size, what is left of its text and
-    the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
+    tool's name); a result cut in place by the last resort or previewed when it arrived (offload on) gives its
+    original size, what is left of its text, the identifiers its marker lists (`markers.result_parts`: never the
+    marker's sizes, store key or recall instruction) and the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
     "error (exit code 2)", ...), None for a success."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
@@ -151,8 +152,8 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     if note is not None:
         return (note.original_chars, note.start, note.identifiers,
                 note.failure or recorded or tool_failure(result, note.start))
-    text = before_cut(text)
-    return (size if isinstance(size, int) else len(text)), text, "", recorded or tool_failure(result, text)
+    own, listed = result_parts(text)  # an arrival preview's or a cut's own text and list, not their words
+    return (size if isinstance(size, int) else len(own)), own, listed, recorded or tool_failure(result, own)
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
