@@ -142,8 +142,8 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     original size, start and failure it recorded, and the identifiers it lists (their fenced text, without the
     tool's name); a result cut in place by the last resort or previewed when it arrived (offload on) gives its
     original size, what is left of its text, the identifiers its marker lists (`markers.result_parts`: never the
-    marker's sizes, store key or recall instruction) and the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
-    "error (exit code 2)", ...), None for a success."""
+    marker's sizes, store key or recall instruction) and the failure its mark recorded (`shorten.shorten`). The failure
+    is `_content.tool_failure`'s phrase ("error", "error (exit code 2)", ...), None for a success."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
@@ -175,8 +175,8 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     note's earlier lines, as a text or as a `_presence.Presence` that grows a line at a time) holds, at most
     `FACTS_CHARS` characters of them (`FactGuard.first`: chosen by `facts.choose`, one of each shape a round, so a
     log's timestamps do not push out its rare ids): those only the result holds after its start (`FACTS_LEAD`),
-    the others after `SAID_LEAD`; " (+n more)" ends a line that could not list them all. With `recall` (the result's store key, offload on:
-    `LadderState.recall_key`), the line also names the call that reads the whole result back:
+    the others after `SAID_LEAD`; " (+n more)" ends a line that could not list them all. With `recall` (the result's
+    store key, offload on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
     `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
@@ -386,7 +386,8 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
     the order first made, how many failed, and the identifiers of `originals` (the same lines before
     `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments and the
     results' starts show) that `facts.choose` keeps in `FACTS_CHARS` characters (one of each shape a round, the
-    newest first, the tools' before the plain ones), those that came from results fenced as tool data; " (+more)" ends a line that could not list them all."""
+    newest first, the tools' before the plain ones), those that came from results fenced as tool data; " (+more)" ends a
+    line that could not list them all."""
     tally: dict[str, int] = {}
     plain: dict[str, None] = {}
     tool: dict[str, None] = {}

@@ -62,7 +62,8 @@ def missing(messages: list[BaseMessage]) -> list[str]:
 
 def ops_history(turns: int = 6) -> list[BaseMessage]:
     """An ops chat whose first lookup returns the log; later lookups return filler."""
-    out: list[BaseMessage] = [SystemMessage("You are an ops agent.", id="s"), HumanMessage("Watch the deploy.", id="h0")]
+    out: list[BaseMessage] = [SystemMessage("You are an ops agent.", id="s"),
+                              HumanMessage("Watch the deploy.", id="h0")]
     for t in range(turns):
         out += [ai_call(f"c{t}", f"a{t}", name="read_log", args={"n": t}),
                 tool_result(f"c{t}", f"t{t}", log() if t == 0 else f"nothing new {t} " + "ok " * 300, name="read_log"),
@@ -149,7 +150,8 @@ def identifiers(messages: list[BaseMessage]) -> set[str]:
 
 def record_history(turns: int = 8) -> list[BaseMessage]:
     """Lookups whose results alternate between the timestamped log and a JSON record; calls numbered `call_N`."""
-    out: list[BaseMessage] = [SystemMessage("You are an agent.", id="s"), HumanMessage("Help me with RQ-FACADE.", id="h0")]
+    out: list[BaseMessage] = [SystemMessage("You are an agent.", id="s"),
+                              HumanMessage("Help me with RQ-FACADE.", id="h0")]
     for t in range(turns):
         record = ('{"reservation_id": "R%dX%dQZ", "user_id": "user_%d_77%d", "price": %d, "notes": "%s"}'
                   % (t, t, t, t, 130 + t, "free text " * 200))

@@ -113,9 +113,10 @@ class TruncateToolResults(SyncStrategy):
         `recall` (the original's store key, offload on), it ends with how to get the original back
         (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
         progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
-        the recall instruction is no identifier of the result). It depends only on these: the same result gives the same note, remembered for the
-        last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a history compacted again
-        from its originals (the view mode of the front doors, a restarted worker) does not read them again."""
+        the recall instruction is no identifier of the result). It depends only on these: the same result gives the
+        same note, remembered for the last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a
+        history compacted again from its originals (the view mode of the front doors, a restarted worker) does not
+        read them again."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
