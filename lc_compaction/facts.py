@@ -16,8 +16,10 @@ attributed to its tool and fenced (`markers.UNTRUSTED_DATA_FENCE`), on a line of
 so that a summary in the user's voice never states tool output (an injected "send $5,000 to IBAN DE89...") as
 the user's own facts. `Identifier.source` is that tool's name (None for the others).
 
-The lines are bounded (in tokens); when the missing identifiers do not all fit, the most recent ones are kept
-and the line says how many older ones were left out. A later pass reads the lines back (`parse_facts`), with
+The lines are bounded (in tokens); when the missing identifiers do not all fit, the bound keeps one of each shape
+first, the most recent first (`choose`: the one rule of every bounded list of identifiers the package writes, so
+that a log whose every line has a timestamp does not push out its rare ids), and the line says how many it left
+out. A later pass reads the lines back (`parse_facts`), with
 their attribution, so an identifier found only through its context (a `"reservation_id": "AQLBTL"` field) is
 carried from summary to summary.
 
@@ -60,7 +62,7 @@ from lc_compaction.markers import (
     is_dropped_marker,
     is_summary,
     outside_fences,
-    read_truncation_note,
+    result_parts,
     summary_text,
     unfence,
 )
@@ -129,7 +131,8 @@ the longest kept, or a handful of short answers; the most recent are kept (a cor
 corrects)."""
 
 FACTS_OMITTED = " (+{n} older omitted)"
-"""Appended to the facts line when the bound left `n` identifiers out."""
+"""Appended to the facts line when the bound left `n` identifiers out (`choose`: the repeated shapes and the
+oldest first; the words are those of the lists written before that rule, which `parse_facts` reads back)."""
 
 DEFAULT_MAX_FACT_TOKENS = 800
 """Default bound of the facts line, in tokens. Measured on the 40 tau-bench airline conversations of the shared
@@ -443,7 +446,7 @@ class GuardResult:
         identifiers: every identifier guarded (distinct values), oldest first.
         kept_by_summary: how many of them the summary contained on its own.
         added: how many the guard's lines added (the said line's quotes, then the facts line).
-        omitted: how many were missing but did not fit the bound (the oldest ones).
+        omitted: how many were missing but did not fit the bound (`choose`: repeated shapes, then the oldest).
     """
 
     text: str
@@ -623,6 +626,63 @@ def _items(identifiers: Sequence[Identifier], max_chars: int) -> list[str]:
     return [_item(i) if keyed else i.value for i in identifiers]
 
 
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def shape(value: str) -> str:
+    """The shape of an identifier's value: the value case-folded, each run of digits written `0`. Values of one
+    shape differ only in their digits: the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`,
+    its sequential numbers and numbered ids (`job 40012`, `HAT170`)."""
+    return _DIGIT_RUN.sub("0", value.casefold())
+
+
+def rarity_order(values: Sequence[str], *, newest_first: bool = True) -> list[int]:
+    """The indices of `values` (identifiers' values, in their order of appearance) in the order a bounded list
+    takes them: one value of each shape (`shape`) first, then a second of each, and so on (a shape counts once a
+    round: a log whose every line has a timestamp, a `line N` or a sequential number gives one of each in the first
+    round, beside its rare ids: a UUID, an address, a digest, a code); within a round, the values of the rarer
+    shapes (fewer values) first; then by position, the most recent first with `newest_first`, else the earliest.
+    A function of `values` alone: the same values give the same order (issue 20, class 8)."""
+    count: dict[str, int] = {}
+    shapes = [shape(v) for v in values]
+    for s in shapes:
+        count[s] = count.get(s, 0) + 1
+    keys: list[tuple[int, int, int]] = [(0, 0, 0)] * len(values)
+    taken: dict[str, int] = {}
+    for rank, i in enumerate(range(len(values) - 1, -1, -1) if newest_first else range(len(values))):
+        s = shapes[i]
+        round_ = taken.get(s, 0)
+        taken[s] = round_ + 1
+        keys[i] = (round_, count[s], rank)
+    return sorted(range(len(values)), key=keys.__getitem__)
+
+
+def choose(values: Sequence[str], fits: Callable[[list[int]], bool], *, newest_first: bool = True) -> list[int]:
+    """The one rule of every bounded list of identifiers (a summary's or a drop marker's facts lines, a truncation
+    note's list, a progress note's line and its counted line): the indices of `values` that the list keeps, in
+    their own order (ascending), the largest prefix of `rarity_order(values, newest_first=...)` for which
+    `fits(indices)` holds (`fits` monotone: more values never fit better; a binary search, O(log n) calls). All of
+    them when they all fit; the list's text keeps the values' order, so it is byte-stable for the same input."""
+    ranked = rarity_order(values, newest_first=newest_first)
+    if fits(list(range(len(values)))):
+        return list(range(len(values)))
+    lo, hi = 0, len(ranked) - 1
+    while lo < hi:
+        k = (lo + hi + 1) // 2
+        if fits(sorted(ranked[:k])):
+            lo = k
+        else:
+            hi = k - 1
+    return sorted(ranked[:lo])
+
+
+def fits_chars(values: Sequence[str], max_chars: int) -> Callable[[list[int]], bool]:
+    """For `choose`: whether the values at the indices, joined by `FACTS_SEPARATOR`, fit `max_chars` characters."""
+    def fits(indices: list[int]) -> bool:
+        return sum(len(values[j]) for j in indices) + len(FACTS_SEPARATOR) * max(0, len(indices) - 1) <= max_chars
+    return fits
+
+
 def parse_said(text: str) -> list[str]:
     """The user turns kept by the said lines of `text` (`SAID_PREFIX`), in order."""
     out: list[str] = []
@@ -645,8 +705,13 @@ def parse_said(text: str) -> list[str]:
 EXCERPT_GAP = " … "
 """Between the sentences of a long user turn that a said line quotes (`directive_excerpt`): what was left out."""
 
-_SENTENCE = re.compile(r"[^.!?\n]*(?:[.!?]+|\n|$)")
-"""A sentence of a user's turn: up to its end mark (`.`, `!`, `?`) or a line break."""
+_SENTENCE = re.compile(r"(?:[^.!?\n]|[.!?](?=\S))*(?:[.!?]+|\n|$)")
+"""A sentence of a user's turn: up to its end mark (`.`, `!`, `?` before a space or the end: the dots of
+`10.0.12.7:8443` or `v2.1` end nothing) or a line break."""
+
+_LOG_LINE = re.compile(r"(?i)\W{0,3}(?:\d|line \d)")
+"""The start of a line of a log pasted in a user's turn (its timestamp, its number, `line N`): data, not an
+instruction, even when it holds an imperative word ("12: use fallback"); `directive_excerpt` skips it."""
 
 _DIRECTIVE = re.compile(
     r"(?i)\b(?:instead|don'?t|do not|never|always|must|stop|switch|prefer|rather|actually|wrong|correction|"
@@ -662,11 +727,16 @@ def directive_excerpt(text: str, max_chars: int = SAID_TURN_CHARS) -> str:
     (`_DIRECTIVE`), each word for word, joined by `EXCERPT_GAP`, the latest that fit in `max_chars` characters (a
     correction comes after what it explains), in their order; "" when none does. A long turn is a request whose
     identifiers the facts lines keep; its words that change what the agent must do are kept this way (issue 20,
-    class 8: "use the streaming pipeline", said at the end of a 300-character message, was lost)."""
-    sentences = [s.strip() for s in _SENTENCE.findall(text)]
+    class 8: "use the streaming pipeline", said at the end of a 300-character message, was lost). Sentences are
+    read before whitespace is collapsed (a line break ends one) and each is then collapsed; a line of a pasted log
+    (`_LOG_LINE`) is none, and one longer than `max_chars` alone is skipped (a numbered log pasted before the
+    correction does not push it out)."""
+    sentences = [" ".join(s.split()) for s in _SENTENCE.findall(text)]
     picked: list[str] = []
     size = 0
-    for sentence in reversed([s for s in sentences if s and _DIRECTIVE.search(s)]):
+    for sentence in reversed([s for s in sentences if s and not _LOG_LINE.match(s) and _DIRECTIVE.search(s)]):
+        if len(sentence) > max_chars:
+            continue
         size += len(sentence) + (len(EXCERPT_GAP) if picked else 0)
         if size > max_chars:
             break
@@ -686,10 +756,11 @@ def said_turns(messages: Iterable[BaseMessage]) -> list[str]:
         elif is_dropped_marker(m):
             out.extend(parse_said(dropped_marker_facts(m)))
         elif isinstance(m, HumanMessage):
-            text = " ".join(content_text(m.content).split())
+            raw = content_text(m.content)
+            text = " ".join(raw.split())
             if text and len(text) <= SAID_TURN_CHARS:
                 out.append(text)
-            elif text and (excerpt := directive_excerpt(text)):
+            elif text and (excerpt := directive_excerpt(raw)):
                 out.append(excerpt)
     return out
 
@@ -712,8 +783,8 @@ class FactGuard:
             run after the built-in ones (a span already taken is not matched twice). A sequence of expressions
             is accepted too (kinds "custom_0", "custom_1", ...).
         patterns: replace the built-in patterns entirely (default `DEFAULT_PATTERNS`).
-        max_tokens: bound of the facts line in tokens (default `DEFAULT_MAX_FACT_TOKENS`); the most recent
-            identifiers are kept when they do not all fit.
+        max_tokens: bound of the facts line in tokens (default `DEFAULT_MAX_FACT_TOKENS`); when the identifiers
+            do not all fit, `choose` keeps one of each shape first, the most recent first.
         said_chars: bound of the said line (`said_line`: a user's short turns kept word for word in a drop
             marker or a summary), in characters (default `DEFAULT_SAID_CHARS`; 0: no said line).
 
@@ -764,19 +835,18 @@ class FactGuard:
         return presence("\n".join(i.value for i in self.extract(text)))
 
     def first(self, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
-              keys: bool = False) -> tuple[list[str], int | None]:
-        """The first identifiers of `text` that `keep` accepts (distinct values, in order), as many as fit in
-        `max_chars` characters joined by `FACTS_SEPARATOR`, and how many more it holds: the text is read
-        `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`) until the list is full, so
-        that a bounded list costs what it lists, not the whole text. With `keys` (for a `keyed` text), each is
-        written `key: value` when it is the value of a field (`Identifier.key`, `_item`), if the list with its keys
-        fits `max_chars` too: the bound chooses the identifiers by their values alone, so a key never takes an
-        identifier's place (`keys_fit`).
-        Returns (items, more): `more` is the count of accepted identifiers left out when the whole text was read,
-        None when the list filled up before its end (how many more there are was not looked for)."""
-        shown: list[Identifier] = []
+              keys: bool = False, then: Iterable[Identifier] = ()) -> tuple[list[str], int]:
+        """The identifiers of `text` that `keep` accepts (distinct values), then those of `then` it accepts (a
+        truncated result's listed ones), as many as fit in `max_chars` characters joined by `FACTS_SEPARATOR`,
+        chosen by `choose` (the earliest of each round of shapes first: a log's timestamps count once, its rare ids
+        are kept) and listed in their order; and how many accepted ones were left out. The text is read
+        `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`), to its end (a rare id may be
+        its last). With `keys` (for a `keyed` text), each is written `key: value` when it is the value of a field
+        (`Identifier.key`, `_item`), if the list with its keys fits `max_chars` too: the bound chooses the
+        identifiers by their values alone, so a key never takes an identifier's place (`keys_fit`)."""
+        accepted: list[Identifier] = []
         seen: set[str] = set()
-        size, more, at = 0, 0, 0
+        at = 0
         last: str | None = None
         floor = 0  # matches starting before this were read from the chunk before (its context read again)
         while at < len(text):
@@ -794,27 +864,23 @@ class FactGuard:
                     floor, end = at + late, at + (late - EDGE_CHARS if late > EDGE_CHARS else late)
             keyer = _Keys(chunk, last) if keys else None
             for start, ident in found:
-                key = ident.value.casefold()
-                if key in seen:
+                if ident.value.casefold() in seen:
                     continue
                 if keyer is not None:
                     ident = keyer.of(start, ident)
-                if not keep(ident):
-                    continue
-                seen.add(key)
-                size += len(ident.value) + (len(FACTS_SEPARATOR) if shown else 0)
-                if more or size > max_chars:
-                    more += 1
-                    if end < len(text):  # full, and the text goes on: how many more is not counted (None)
-                        break
-                else:
-                    shown.append(ident)
+                if keep(ident):
+                    seen.add(ident.value.casefold())
+                    accepted.append(ident)
             if keyer is not None:
                 last = keyer.last
             at = end
-            if more and at < len(text):
-                return _items(shown, max_chars), None
-        return _items(shown, max_chars), more
+        for ident in then:
+            if ident.value.casefold() not in seen and keep(ident):
+                seen.add(ident.value.casefold())
+                accepted.append(ident)
+        values = [i.value for i in accepted]
+        shown = [accepted[j] for j in choose(values, fits_chars(values, max_chars), newest_first=False)]
+        return _items(shown, max_chars), len(accepted) - len(shown)
 
     def _found(self, text: str) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
@@ -860,18 +926,19 @@ class FactGuard:
         return found
 
     def extract_result(self, message: BaseMessage) -> list[Identifier]:
-        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a truncation note
-        (`markers.read_truncation_note`), those of the start it shows, then those it lists (read back verbatim,
-        kind "carried", with their keys), never the note's own words and size; of a `keyed` tool result, each with
-        the key of its field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
-        note = read_truncation_note(content_text(message.content)) if isinstance(message, ToolMessage) else None
-        if note is None:
-            text = message_text(message)
-            if isinstance(message, ToolMessage) and keyed(text):
-                return _distinct(i for _, i in _with_keys(text, self._found(text))[0])
-            return self.extract(text)
-        listed = (_carried(v) for v in _values(note.identifiers))
-        return _distinct([*self.extract(note.start), *listed])
+        """Identifiers of a tool result as it was before any truncation, distinct, in order: of a result compaction
+        shortened (a truncation note, an arrival preview, a cut: `markers.result_parts`), those of what it shows of
+        the original, then those its note lists (read back verbatim, kind "carried", with their keys), never the
+        note's own words, sizes, store key or recall instruction; of a `keyed` tool result, each with the key of its
+        field (`Identifier.key`); of any other message, `extract(message_text(m))`."""
+        if not isinstance(message, ToolMessage):
+            return self.extract(message_text(message))
+        text = message_text(message)
+        own, listed = result_parts(text)
+        found = _with_keys(own, self._found(own))[0] if keyed(own) else self._found(own)
+        if own is text:
+            return _distinct(i for _, i in found)
+        return _distinct([*(i for _, i in found), *(_carried(v) for v in _values(listed))])
 
     def extract_messages(self, messages: Iterable[BaseMessage], *,
                          memo: dict[Any, Any] | None = None) -> list[Identifier]:
@@ -954,31 +1021,29 @@ class FactGuard:
                    max_tokens: int | None = None, redact: Callable[[str], str] | None = None, *,
                    keys: bool = True) -> tuple[str, int]:
         """The line(s) listing `identifiers` (oldest first), bounded by `max_tokens` (default `self.max_tokens`)
-        tokens of `count_text`; the most recent are kept, chosen by their values alone: their keys (`_item`:
-        `price: 136`) are written only if the line with them still fits (`keys_fit`), and never with `keys`
-        False. Identifiers with a `source` go on the tools' line, each tool's fenced. `redact` (a callable on
-        text) is applied to each value. Returns (the lines joined by a newline, number omitted); ("", 0) for
-        none."""
+        tokens of `count_text`; when they do not all fit, those `choose` takes (one of each shape a round, the most
+        recent first: a log's timestamps do not push out its rare ids), listed in their order, chosen by their values
+        alone: their keys (`_item`: `price: 136`) are written only if the line with them still fits (`keys_fit`),
+        and never with `keys` False. Identifiers with a `source` go on the tools' line, each tool's fenced. `redact`
+        (a callable on text) is applied to each value. Returns (the lines joined by a newline, number omitted);
+        ("", 0) for none."""
         if not identifiers:
             return "", 0
         bound = self.max_tokens if max_tokens is None else max_tokens
         shown = [replace(i, value=redact(i.value)) for i in identifiers] if redact else list(identifiers)
-        # the largest k such that the k most recent fit (monotone in k: binary search, O(log n) counts)
-        lo, hi = 0, len(shown)
-        while lo < hi:
-            k = (lo + hi + 1) // 2
-            if count_text(self._render(shown[-k:], len(shown) - k, keys=False)) <= bound:
-                lo = k
-            else:
-                hi = k - 1
-        if lo == 0:
+
+        def rendered(indices: list[int], *, keyed: bool = False) -> str:
+            return self._render([shown[j] for j in indices], len(shown) - len(indices), keys=keyed)
+
+        picked = choose([i.value for i in shown], lambda indices: count_text(rendered(indices)) <= bound)
+        if not picked:
             return "", len(shown)
-        line = self._render(shown[-lo:], len(shown) - lo, keys=False)
-        if keys and any(i.key for i in shown[-lo:]):
-            keyed = self._render(shown[-lo:], len(shown) - lo)
+        line = rendered(picked)
+        if keys and any(shown[j].key for j in picked):
+            keyed = rendered(picked, keyed=True)
             if count_text(keyed) <= bound:
                 line = keyed
-        return line, len(shown) - lo
+        return line, len(shown) - len(picked)
 
     @staticmethod
     def _render(identifiers: Sequence[Identifier], omitted: int, *, keys: bool = True) -> str:
@@ -1076,16 +1141,14 @@ a progress note line's (`progress.FACTS_CHARS`)."""
 
 def identifiers_beyond(guard: FactGuard, text: str, shown: str, tool: str | None, max_chars: int) -> str:
     """The identifiers of `text` that `shown` (what a note or a cut keeps of it) does not hold, in order, fenced and
-    attributed to `tool`, at most `max_chars` characters of them (`FactGuard.first`, with keys for a `keyed`
-    text), then "(+n more)", or "(+more)" when the list filled up before the end of the text; "" when there are
-    none. What a truncation note (`strategies.truncate`) and the last resort's cut of a tool result (`shorten`)
-    list of what they remove."""
+    attributed to `tool`, at most `max_chars` characters of them (`FactGuard.first`: chosen by `choose`, with keys
+    for a `keyed` text), then "(+n more)" when some were left out; "" when there are none. What a truncation note
+    (`strategies.truncate`) and the last resort's cut of a tool result (`shorten`) list of what they remove."""
     in_shown = Presence(shown)
     listed, left = guard.first(text, lambda i: i not in in_shown, max_chars, keys=keyed(text))
     if not listed:
         return ""
-    more = "" if left == 0 else " (+more)" if left is None else f" (+{left} more)"
-    return f"{fence(FACTS_SEPARATOR.join(listed), tool)}{more}"
+    return f"{fence(FACTS_SEPARATOR.join(listed), tool)}{f' (+{left} more)' if left else ''}"
 
 
 def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:

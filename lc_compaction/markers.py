@@ -242,7 +242,12 @@ def cut_listing(text: str) -> str:
     """The identifiers the last resort's cut marker of `text` lists (`CUT_IDENTIFIERS`), unfenced and joined by
     `FACTS_SEPARATOR`; "" when it lists none or `text` was not cut."""
     cut = text.rfind(_CUT_LEAD)
-    at = text.find(CUT_IDENTIFIERS, cut) if cut >= 0 else -1
+    return _listing(text, cut) if cut >= 0 else ""
+
+
+def _listing(text: str, lead: int) -> str:
+    """The identifiers listed (`CUT_IDENTIFIERS`, then a fence) after `lead` in `text`, unfenced; "" for none."""
+    at = text.find(CUT_IDENTIFIERS, lead)
     if at < 0:
         return ""
     spans = fenced_spans(text[at + len(CUT_IDENTIFIERS):])
@@ -250,6 +255,32 @@ def cut_listing(text: str) -> str:
         return ""
     start, end = spans[0]
     return unfence(text[at + len(CUT_IDENTIFIERS) + start:at + len(CUT_IDENTIFIERS) + end])[1]
+
+
+OFFLOADED_LEAD = "\n[... lc-compaction offloaded this result"
+"""Start of the line an arrival preview (`offload.preview`) puts between the head and the tail of a large result it
+keeps in the store: the result's size, what is not shown, the identifiers of that part (`CUT_IDENTIFIERS`) and the
+recall instruction, on one line."""
+
+
+def result_parts(text: str) -> tuple[str, str]:
+    """(what of a tool result's text is the result's own, the identifiers its compaction recorded as the result's),
+    never compaction's own words: of a truncation note (`read_truncation_note`) its preview and its list; of an
+    arrival preview (`OFFLOADED_LEAD`) its head and tail and the list of its line; of a text the last resort cut
+    (`before_cut`) what is left and the list of its marker (`cut_listing`); any other text itself and "". The list
+    is unfenced, joined by `FACTS_SEPARATOR`. Sizes, store keys and the recall instruction are metadata, not the
+    result's identifiers (issue 20, class 12: with offload on, a drop marker listed them)."""
+    note = read_truncation_note(text)
+    if note is not None:
+        return note.start, note.identifiers
+    at = text.find(OFFLOADED_LEAD)
+    if at >= 0:
+        end = text.find("\n", at + 1)
+        end = len(text) if end < 0 else end
+        return f"{text[:at]}\n{text[end + 1:]}", _listing(text[:end], at)
+    if _CUT_LEAD in text:
+        return before_cut(text), cut_listing(text)
+    return text, ""
 
 
 def dropped_marker_facts(message: BaseMessage) -> str:

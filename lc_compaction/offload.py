@@ -52,7 +52,17 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._note import note_lines, without_note
 from lc_compaction.dedup import is_deduplicated
-from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_dropped_marker, is_shortened, is_summary, is_truncated
+from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond
+from lc_compaction.markers import (
+    CUT_IDENTIFIERS,
+    MARK_KEY,
+    OFFLOADED_LEAD,
+    RECALL_TOOL_NAME,
+    is_dropped_marker,
+    is_shortened,
+    is_summary,
+    is_truncated,
+)
 from lc_compaction.structure import is_conversation_start, is_missing_result
 
 if TYPE_CHECKING:
@@ -381,17 +391,27 @@ def large_arrivals(messages: Sequence[BaseMessage], start: int, counts: dict[int
     return out
 
 
+_GUARD = FactGuard()
+"""The fact guard an arrival preview lists the identifiers of its hidden part with (the default patterns)."""
+
+
 def preview(message: ToolMessage, tokens: int, key: str | None = None) -> ToolMessage:
     """A copy of `message` (same id, tool_call_id, name, status) whose content is its first `PREVIEW_HEAD_CHARS`
     and last `PREVIEW_TAIL_CHARS` characters of recall text, a line saying what was left out, and the handle; marked
     `{"kind": "truncated", "original_chars": n, "offloaded": {"tokens": tokens}}` (`tokens`: the original's);
-    `key`: the store key the handle names (default: the tool_call_id)."""
+    `key`: the store key the handle names (default: the tool_call_id). The line lists the identifiers of the part
+    not shown (`facts.identifiers_beyond`, `LISTED_IDENTIFIER_CHARS` characters of them, after
+    `markers.CUT_IDENTIFIERS`), which a drop marker or a progress note reads back (`markers.result_parts`) as the
+    result's own, never the line's sizes, key or recall instruction (issue 20, class 12)."""
     text = recall_text(message.content)
     head, tail = text[:PREVIEW_HEAD_CHARS], text[max(PREVIEW_HEAD_CHARS, len(text) - PREVIEW_TAIL_CHARS):]
     cut = len(text) - len(head) - len(tail)
     tool = f" from {message.name}" if message.name else ""
-    note = (f"\n[... lc-compaction offloaded this result{tool} when it arrived: {len(text):,} characters, "
-            f"{tokens:,} tokens; {cut:,} characters are not shown here. {recall_hint(key or message.tool_call_id)}]\n")
+    beyond = identifiers_beyond(_GUARD, text, f"{head}\n{tail}", message.name, LISTED_IDENTIFIER_CHARS) if cut else ""
+    listed = f"{CUT_IDENTIFIERS}{beyond}" if beyond else ""
+    note = (f"{OFFLOADED_LEAD}{tool} when it arrived: {len(text):,} characters, "
+            f"{tokens:,} tokens; {cut:,} characters are not shown here{listed}. "
+            f"{recall_hint(key or message.tool_call_id)}]\n")
     meta = dict(message.response_metadata or {})
     meta[MARK_KEY] = {"kind": "truncated", "original_chars": len(text), "offloaded": {"tokens": tokens}}
     return message.model_copy(update={"content": head + note + tail, "response_metadata": meta})

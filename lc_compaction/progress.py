@@ -88,13 +88,13 @@ from lc_compaction.markers import (
     FACTS_SEPARATOR,
     MARK_KEY,
     PROGRESS_PREFIX,
-    before_cut,
     defang,
     fence,
     fenced_spans,
     unfence,
     RECALL_TOOL_NAME,
     read_truncation_note,
+    result_parts,
 )
 from lc_compaction._note import (
     FACTS_LEAD,
@@ -107,7 +107,7 @@ from lc_compaction._note import (
     with_note,
     without_note,
 )
-from lc_compaction.facts import FactGuard, Identifier, contains, without_keys
+from lc_compaction.facts import FactGuard, Identifier, choose, contains, fits_chars, without_keys
 from lc_compaction.structure import Step, running_steps, split_exchanges
 
 if TYPE_CHECKING:
@@ -140,9 +140,10 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     """(size in characters, start of the text, identifiers listed, failure) of a tool result as it was before any
     cut: a truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the
     original size, start and failure it recorded, and the identifiers it lists (their fenced text, without the
-    tool's name); a result cut in place by the last resort gives its original size, what is left of its text and
-    the failure its mark recorded (`shorten.shorten`). The failure is `_content.tool_failure`'s phrase ("error",
-    "error (exit code 2)", ...), None for a success."""
+    tool's name); a result cut in place by the last resort or previewed when it arrived (offload on) gives its
+    original size, what is left of its text, the identifiers its marker lists (`markers.result_parts`: never the
+    marker's sizes, store key or recall instruction) and the failure its mark recorded (`shorten.shorten`). The failure
+    is `_content.tool_failure`'s phrase ("error", "error (exit code 2)", ...), None for a success."""
     text = content_text(result.content)
     meta = result.response_metadata.get(MARK_KEY) if isinstance(result.response_metadata, dict) else None
     size = meta.get("original_chars") if isinstance(meta, dict) else None
@@ -151,8 +152,8 @@ def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     if note is not None:
         return (note.original_chars, note.start, note.identifiers,
                 note.failure or recorded or tool_failure(result, note.start))
-    text = before_cut(text)
-    return (size if isinstance(size, int) else len(text)), text, "", recorded or tool_failure(result, text)
+    own, listed = result_parts(text)  # an arrival preview's or a cut's own text and list, not their words
+    return (size if isinstance(size, int) else len(own)), own, listed, recorded or tool_failure(result, own)
 
 
 def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGuard | None = None, said: str = "",
@@ -172,11 +173,10 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     amounts, e-mails, URLs, paths) of the arguments, the result (of a truncated result, those its note lists too)
     and `said` (the text of the assistant message that made the call) that neither the line nor `known` (the
     note's earlier lines, as a text or as a `_presence.Presence` that grows a line at a time) holds, at most
-    `FACTS_CHARS` characters of them: those only the result holds after its start (`FACTS_LEAD`), the others
-    after `SAID_LEAD`; " (+n more)" ends a line that
-    could not list them all (" (+more)" when the list filled up before the end of the result: `FactGuard.first`
-    reads only as much of it as the list needs). With `recall` (the result's store key, offload on:
-    `LadderState.recall_key`), the line also names the call that reads the whole result back:
+    `FACTS_CHARS` characters of them (`FactGuard.first`: chosen by `facts.choose`, one of each shape a round, so a
+    log's timestamps do not push out its rare ids): those only the result holds after its start (`FACTS_LEAD`),
+    the others after `SAID_LEAD`; " (+n more)" ends a line that could not list them all. With `recall` (the result's
+    store key, offload on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
     `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
@@ -218,14 +218,8 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     # the first identifiers of the call and the result's start, then those a truncated result's note lists
     # (the result's error and exit-status lines and its last lines first: `_preview.signal_lines`)
     signals = signal_lines(full) if result is not None else ""
-    shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS)
-    if left == 0:
-        for i in (Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v):
-            if new(i):
-                if left or len(FACTS_SEPARATOR.join([*shown, i.value])) > FACTS_CHARS:
-                    left += 1
-                else:
-                    shown.append(i.value)
+    shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS,
+                              then=[Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v])
     if not shown and left == 0:
         return line
     # the identifiers only the result holds are the result's (after its start), the others the call's own
@@ -233,7 +227,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     from_tool = {v for v in shown if v not in in_own and result is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
-    more = " (+more)" if left is None else f" (+{left} more)" if left else ""
+    more = f" (+{left} more)" if left else ""
     return defang(head + (f"{FACTS_LEAD}{FACTS_SEPARATOR.join(fenced)}" if fenced else "") + tail
                   + (f"{SAID_LEAD}{FACTS_SEPARATOR.join(plain)}" if plain else "") + more)
 
@@ -389,10 +383,11 @@ def _line_identifiers(parts: NoteLine) -> tuple[list[str], list[str]]:
 
 def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard | None) -> str:
     """One line for `lines` (the note's oldest, an earlier collapsed line among them): how many calls, by tool in
-    the order first made, how many failed, and the newest of the identifiers of `originals` (the same lines
-    before `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments
-    and the results' starts show), `FACTS_CHARS` characters at most, those that came from results fenced as tool
-    data; " (+more)" ends a line that could not list them all."""
+    the order first made, how many failed, and the identifiers of `originals` (the same lines before
+    `bounded_lines` made them shorter: those they list and, with a `guard`, those the calls' arguments and the
+    results' starts show) that `facts.choose` keeps in `FACTS_CHARS` characters (one of each shape a round, the
+    newest first, the tools' before the plain ones), those that came from results fenced as tool data; " (+more)" ends a
+    line that could not list them all."""
     tally: dict[str, int] = {}
     plain: dict[str, None] = {}
     tool: dict[str, None] = {}
@@ -415,16 +410,12 @@ def _collapse(lines: Sequence[str], originals: Sequence[str], guard: FactGuard |
                 seen[v] = None  # the newest occurrence last
     head = (f"- [{sum(tally.values())} earlier calls: "
             f"{', '.join(f'{name} x{n}' for name, n in tally.items())}{f'; {failed} failed' if failed else ''}]")
-    kept_plain: list[str] = []
-    kept_tool: list[str] = []
-    room = FACTS_CHARS
-    newest = [(v, kept_tool) for v in reversed(tool)] + [(v, kept_plain) for v in reversed(plain)]
-    for v, into in newest:
-        if len(v) + len(FACTS_SEPARATOR) > room:
-            more = True
-            continue
-        room -= len(v) + len(FACTS_SEPARATOR)
-        into.insert(0, v)
+    # the tools' newest first, then the plain ones' (`choose`: one of each shape a round)
+    values = [*plain, *tool]
+    picked = choose(values, fits_chars(values, FACTS_CHARS - len(FACTS_SEPARATOR)))
+    more = more or len(picked) < len(values)
+    kept_plain = [values[j] for j in picked if j < len(plain)]
+    kept_tool = [values[j] for j in picked if j >= len(plain)]
     listed = ids_text(FACTS_SEPARATOR.join(kept_tool), FACTS_SEPARATOR.join(kept_plain))
     return defang(head + listed + (" (+more)" if more else ""))
 

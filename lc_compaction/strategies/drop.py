@@ -15,7 +15,8 @@ old request and a much later one, and which identifiers it had seen there (`leav
   the user said (or the agent, and no tool) plain, those that came from tool results fenced and attributed to
   their tool (`markers.UNTRUSTED_DATA_FENCE`), so that tool output never reads as the agent's own words. A
   truncation note gives the identifiers it lists (`FactGuard.extract_result`). At most `max_marker_chars`
-  characters of them, the most recent kept (the line says how many older ones it left out);
+  characters of them, chosen by `facts.choose` when they do not all fit (one of each shape a round, the most
+  recent first; the line says how many it left out);
 - one marker per place: a marker already next to (or inside) the dropped run stands for it, so markers never
   stack; it is replaced by one carrying the union of its identifiers (read back first, in their order) and those
   of the newly dropped messages, with the same id. The marker depends only on the messages it stands for (and on
@@ -92,7 +93,8 @@ class DropOldExchanges(SyncStrategy):
         fact_guard: finds the identifiers the marker carries: True (default, `FactGuard()`, the summarizer's
             patterns), a `FactGuard`, or False (the marker is the fixed text alone).
         max_marker_chars: bound of the marker's identifier lines, in characters (default `DEFAULT_MARKER_CHARS`,
-            measured on the shared traces); the most recent identifiers are kept.
+            measured on the shared traces); when they do not all fit, `facts.choose` keeps one of each shape
+            first, the most recent first.
 
     Raises:
         ValueError: `max_marker_chars` < 0, or `fact_guard` of another type.

@@ -37,10 +37,9 @@ from lc_compaction.markers import (
     NOTE_IDENTIFIERS,
     NOTE_PREVIEW,
     TRUNCATION_PREFIX,
-    before_cut,
-    cut_listing,
     is_shortened,
     is_truncated,
+    result_parts,
 )
 from lc_compaction.offload import recall_hint
 from lc_compaction.facts import (
@@ -112,10 +111,12 @@ class TruncateToolResults(SyncStrategy):
         name of the tool that returned it, default `message.name`); a failed call's note says how it failed after
         the size (`, error (exit code 2)`: `_content.tool_failure`), so it never reads like a success; with
         `recall` (the original's store key, offload on), it ends with how to get the original back
-        (`lc_compaction.offload.recall_hint`) and lists no identifiers (the recall gives them back, verbatim and
-        with their context). It depends only on these: the same result gives the same note, remembered for the
-        last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a history compacted again
-        from its originals (the view mode of the front doors, a restarted worker) does not read them again."""
+        (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
+        progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
+        the recall instruction is no identifier of the result). It depends only on these: the same result gives the
+        same note, remembered for the last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a
+        history compacted again from its originals (the view mode of the front doors, a restarted worker) does not
+        read them again."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
@@ -140,17 +141,18 @@ class TruncateToolResults(SyncStrategy):
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
                 f"{NOTE_PREVIEW}{json.dumps(shown, ensure_ascii=False)}"
-                f"{self._identifiers(text, gapless(shown), tool) if recall is None else ''}{hint}]")
+                f"{self._identifiers(text, gapless(shown), tool)}{hint}]")
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
         does not hold (`facts.identifiers_beyond`: in order, fenced and attributed to `tool`, at most
         `max_identifier_chars` characters of them); "" when there are none or the guard is off. Of a text the
-        last resort cut, what is left of it and what its cut marker lists (`markers.cut_listing`)."""
+        last resort cut or an arrival preview, what it shows of the original and what its marker lists
+        (`markers.result_parts`), never the marker's words."""
         if self._guard is None or not self.max_identifier_chars:
             return ""
-        listed = cut_listing(text)
-        original = before_cut(text) + (f"\n{listed}" if listed else "")
+        own, listed = result_parts(text)  # of a cut or an arrival preview: its own text and list, not its words
+        original = own + (f"\n{listed}" if listed else "")
         part = identifiers_beyond(self._guard, original, preview, tool, self.max_identifier_chars)
         return f"{NOTE_IDENTIFIERS}{part}" if part else ""
 
