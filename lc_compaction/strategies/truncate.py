@@ -36,6 +36,7 @@ from lc_compaction.markers import (
     MARK_KEY,
     NOTE_IDENTIFIERS,
     NOTE_PREVIEW,
+    RECALL_TOOL_NAME,
     TRUNCATION_PREFIX,
     is_shortened,
     is_truncated,
@@ -113,7 +114,8 @@ class TruncateToolResults(SyncStrategy):
         `recall` (the original's store key, offload on), it ends with how to get the original back
         (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
         progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
-        the recall instruction is no identifier of the result). It depends only on these: the same result gives the
+        the recall instruction is no identifier of the result); but a recall answer's note (offload on) lists none:
+        they are the recalled original's, which the store keeps and the answer's call names. It depends only on these: the same result gives the
         same note, remembered for the last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a
         history compacted again from its originals (the view mode of the front doors, a restarted worker) does not
         read them again."""
@@ -138,10 +140,12 @@ class TruncateToolResults(SyncStrategy):
         shape = f" in {lines:,} lines" if lines > 1 else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
         failure = tool_failure(message, text)  # a failed call's note says so (its preview may not show it)
+        # a recall answer's identifiers are the recalled original's: the store holds them and the call names them
+        listed = "" if recall is not None and tool == RECALL_TOOL_NAME else self._identifiers(text, gapless(shown), tool)
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
                 f"{NOTE_PREVIEW}{json.dumps(shown, ensure_ascii=False)}"
-                f"{self._identifiers(text, gapless(shown), tool)}{hint}]")
+                f"{listed}{hint}]")
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
         """The note's identifiers part: `markers.NOTE_IDENTIFIERS`, then the identifiers of `text` that `preview`
