@@ -37,6 +37,7 @@ Presence is tested case-insensitively, on alphanumeric boundaries (`123` is not 
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 import functools
 import json
 import re
@@ -1063,8 +1064,13 @@ class FactGuard:
     def said_line(self, messages: Iterable[BaseMessage], max_chars: int | None = None, *, besides: str = "") -> str:
         """The line that keeps the short user turns of `messages` word for word (`said_turns`): `SAID_PREFIX`, then
         each turn as a JSON string (its fence strings neutralized, `markers.defang`), `FACTS_SEPARATOR` between
-        them, oldest first; the most recent that fit in `max_chars` characters (default `self.said_chars`), then
-        " (+n older omitted)" when some did not. A turn that `besides` (the text the line goes with) holds word
+        them, oldest first; those that fit in `max_chars` characters (default `self.said_chars`), taken in this
+        order: one turn of each shape a round (`shape`: turns that differ only in their numbers, "look at the logs of
+        service 3", count once a round), in a round the turns that give an instruction or a correction
+        (`_DIRECTIVE`: "Correction for RQ-FACADE: use the streaming pipeline") first, then the rarer shapes, then
+        the most recent (issue 20, class 8: a correction older than a run of routine turns was left out while its
+        reference code survived); then
+        " (+n older omitted)" when some did not fit. A turn that `besides` (the text the line goes with) holds word
         for word, and a repeated one, is not quoted again. "" when there is none (or the bound is 0)."""
         bound = self.said_chars if max_chars is None else max_chars
         if not bound:
@@ -1072,18 +1078,29 @@ class FactGuard:
         near = " ".join(besides.split())
         turns = list(dict.fromkeys(t for t in said_turns(messages)
                                    if not all(part in near for part in t.split(EXCERPT_GAP))))
-        kept: list[str] = []
+        quoted = [json.dumps(defang(turn), ensure_ascii=False) for turn in turns]
+        # one turn of each shape a round (turns that differ only in their numbers are one shape: `shape`), in a
+        # round the instructions and corrections first, then the rarer shapes, then the most recent
+        shapes = [shape(t) for t in turns]
+        count = Counter(shapes)
+        rounds: Counter[str] = Counter()
+        keys: dict[int, tuple[int, bool, int, int]] = {}
+        for rank, j in enumerate(range(len(turns) - 1, -1, -1)):
+            keys[j] = (rounds[shapes[j]], not _DIRECTIVE.search(turns[j]), count[shapes[j]], rank)
+            rounds[shapes[j]] += 1
+        order = sorted(range(len(turns)), key=keys.__getitem__)
+        kept: set[int] = set()
         size = 0
-        for turn in reversed(turns):
-            quoted = json.dumps(defang(turn), ensure_ascii=False)
-            size += len(quoted) + (len(FACTS_SEPARATOR) if kept else 0)
-            if size > bound:
-                break
-            kept.append(quoted)
+        for j in order:
+            grown = size + len(quoted[j]) + (len(FACTS_SEPARATOR) if kept else 0)
+            if grown <= bound:
+                kept.add(j)
+                size = grown
         if not kept:
             return ""
         omitted = len(turns) - len(kept)
-        return SAID_PREFIX + FACTS_SEPARATOR.join(reversed(kept)) + (FACTS_OMITTED.format(n=omitted) if omitted else "")
+        return (SAID_PREFIX + FACTS_SEPARATOR.join(quoted[j] for j in sorted(kept))
+                + (FACTS_OMITTED.format(n=omitted) if omitted else ""))
 
     def guard(self, summary: str, identifiers: Sequence[Identifier], count_text: Callable[[str], int],
               max_tokens: int | None = None, redact: Callable[[str], str] | None = None,

@@ -213,3 +213,49 @@ def test_an_arrival_preview_gives_the_results_identifiers_not_its_metadata():
     found = {i.value for i in GUARD.extract_result(shown)}
     assert set(RARE) <= found
     assert not {"call_3", f"{len(result.text):,}", "9,000"} & found
+
+
+def _correction_then_routine(routine: list[str]) -> list[BaseMessage]:
+    """A request, its correction, then a run of routine turns with a tool result each, then the latest request (the
+    new user's trial of class 8: a correction older than a run of routine turns)."""
+    msgs: list[BaseMessage] = [
+        SystemMessage("You are an ops agent.", id="sys"),
+        HumanMessage("Set up the ingest job RQ-FACADE.", id="h0"), AIMessage("Done, it uses the batch pipeline.", id="a0"),
+        HumanMessage("Correction for RQ-FACADE: use the streaming pipeline, not the batch one.", id="hc"),
+        AIMessage("Understood.", id="ac")]
+    for t, turn in enumerate(routine):
+        msgs += [HumanMessage(turn, id=f"u{t}"), ai_call(f"c{t}", f"a{t}c", name="logs", args={"svc": t}),
+                 tool_result(f"c{t}", f"t{t}", "\n".join(f"2024-05-17T08:{i % 60:02d}:00Z INFO svc{t} batch ok"
+                                                        for i in range(150)), name="logs"),
+                 AIMessage(f"Service {t} looks healthy.", id=f"a{t}r")]
+    return [*msgs, HumanMessage("Now run it.", id="hl")]
+
+
+TEMPLATED = [f"Now look at the logs of service number {t} and tell me whether anything looks wrong there."
+             for t in range(10)]
+"""Routine turns of one shape (they differ only in a number), one of them with a cue word ("wrong")."""
+WORDED = [f"Please have a look at the {name} service logs for me." for name in
+          ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")]
+"""Routine turns of distinct shapes, none with an instruction's cue word."""
+
+
+@pytest.mark.parametrize("routine", [TEMPLATED, WORDED], ids=["templated", "worded"])
+@pytest.mark.parametrize("strategies,window", [(None, 2_000), ([DropOldExchanges()], 3_000)])
+def test_an_older_correction_keeps_its_words_beside_routine_turns(routine: list[str], strategies: list | None,
+                                                                  window: int) -> None:
+    """The drop marker's said line keeps the correction's words, not only its reference code, when newer routine
+    turns would fill it (one turn of a shape a round, instructions and corrections first within a round)."""
+    policy = CompactionPolicy(max_input_tokens=window, **({"strategies": strategies} if strategies else {}))
+    result = compact(_correction_then_routine(routine), policy)
+    assert result.fits and any(is_dropped_marker(m) for m in result.messages)
+    assert "hc" not in [m.id for m in result.messages], "the correction's turn was dropped"
+    assert "use the streaming pipeline" in sent(result.messages)
+
+
+def test_the_said_line_keeps_the_latest_turns_when_none_is_repeated_or_an_instruction() -> None:
+    """Turns of distinct shapes and no cue word: the most recent that fit, as before."""
+    turns = [HumanMessage(f"Please have a look at the {name} service logs for me.", id=f"u{k}")
+             for k, name in enumerate(("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"))]
+    line = FactGuard(said_chars=200).said_line(turns)
+    kept = [t.text for t in turns if t.text in line]
+    assert kept and kept == [t.text for t in turns[-len(kept):]] and len(kept) < len(turns)
