@@ -114,6 +114,65 @@ def test_a_real_result_in_the_same_step_as_the_repair_is_kept_alone() -> None:
     assert stored[at + 1].text == "record 1", "the result is moved next to its call"
 
 
+def _side_by_side_graph(window: int, *, calls: int) -> tuple[Any, list[list[BaseMessage]]]:
+    """A compiled graph whose compaction node runs in the same step as its tool node (both after the model, both
+    before the next model call), as a new user built it; the model asks for `calls` parallel lookups once."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    seen: list[list[BaseMessage]] = []
+
+    def model(state: MessagesState) -> dict:
+        seen.append(list(state["messages"]))
+        if state["messages"][-1].type == "human":
+            return {"messages": [AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": k}, "id": f"c{k}",
+                                                              "type": "tool_call"} for k in range(calls)])]}
+        return {"messages": [AIMessage("done")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("compact", CompactionNode(max_input_tokens=window))
+    builder.add_node("compact_in_loop", CompactionNode(max_input_tokens=window))
+    builder.add_node("model", model)
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "compact")
+    builder.add_edge("compact", "model")
+    builder.add_conditional_edges("model", lambda s: ["tools", "compact_in_loop"] if s["messages"][-1].tool_calls
+                                  else END, ["tools", "compact_in_loop", END])
+    builder.add_edge(["tools", "compact_in_loop"], "model")
+    return builder.compile(checkpointer=InMemorySaver()), seen
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_a_tool_node_in_the_same_step_as_the_node_answers_alone(calls: int) -> None:
+    """The node runs beside the tool node that answers the model's calls (the trial's graph): it sees the calls
+    still open at the end of the history and writes no placeholder for them (`_Planning.hold_open_tail`), so the
+    next model input holds each real result once and nothing else for those calls."""
+    graph, seen = _side_by_side_graph(WINDOW, calls=calls)
+    graph.invoke({"messages": [HumanMessage("look records up", id="h1")]}, {"configurable": {"thread_id": "t"}})
+    received = seen[1]
+    assert check_invariants(received) == []
+    for k in range(calls):
+        assert [r.text for r in _results(received, f"c{k}")] == [f"record {k}"]
+    assert not any(is_missing_result(m) for m in received)
+
+
+def test_the_held_open_calls_are_counted_and_the_rest_compacted_beside_them() -> None:
+    """Over the trigger, the node beside the tool node still compacts what comes before the open calls, counting
+    them beside it: the next model input is valid and fits, with the real results."""
+    graph, seen = _side_by_side_graph(2_000, calls=2)
+    config = {"configurable": {"thread_id": "t"}}
+    long = [HumanMessage(f"note {k}: " + "lorem ipsum dolor sit amet " * 40, id=f"n{k}") for k in range(12)]
+    history: list[BaseMessage] = []
+    for k, m in enumerate(long):
+        history += [m, AIMessage(f"noted {k}", id=f"r{k}")]
+    graph.update_state(config, {"messages": history})
+    graph.invoke({"messages": [HumanMessage("look records up", id="h1")]}, config)
+    received = seen[-1]
+    assert check_invariants(received) == [] and not any(is_missing_result(m) for m in received)
+    assert [r.text for r in _results(received, "c0")] == ["record 0"]
+    assert len(received) < len(history) + 4, "nothing was compacted"
+
+
 # ---------------------------------------------------------------------------------------------- create_agent
 
 

@@ -46,7 +46,10 @@ stored message is replaced in place by the converted one; in view mode the view 
 breaks a pairing or order rule (a run stopped by `interrupt_before=["tools"]`, a crash or a timeout leaves tool
 calls without results): repaired on every call (or raises with `repair=False`), compacting or not, looking at the
 messages added since the previous call (`compact`); a real result that arrives after the repair (in the same
-graph step, a parallel branch) takes the place of the "no result was recorded" placeholder at the next call.
+graph step, a parallel branch) takes the place of the "no result was recorded" placeholder at the next call. In
+rewrite mode, calls still open at the very end of the history (the model's latest calls, with the results received
+so far) are neither repaired nor compacted, only counted: a tool node that runs in the same step as the node
+answers them (`plan._Planning.hold_open_tail`); they are repaired once a message follows them.
 
 With `model=` given, the node remembers the model input it returned, per thread (in this process): a summary
 written at the next call by `Summarize(model=<that model>)` repeats it as the model call sent it (`model` bound
@@ -241,7 +244,7 @@ class CompactionNode(Runnable[dict, Any]):
         plan = plan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
                                extra_tokens=self.extra_tokens, key=self.messages_key,
                                offload=offload_target(self.policy, config=config),
-                               agent_request=self._sent.get(thread))
+                               agent_request=self._sent.get(thread), hold_open_tail=True)
         report(plan.result, plan.event, config=config)
         self._remember(thread, plan)
         return self._update(plan)
@@ -254,7 +257,7 @@ class CompactionNode(Runnable[dict, Any]):
         plan = await aplan_compaction(messages, memory, self.policy, door="langgraph_node", mode=self.mode,
                                       extra_tokens=self.extra_tokens, key=self.messages_key,
                                       offload=offload_target(self.policy, config=config),
-                                      agent_request=self._sent.get(thread))
+                                      agent_request=self._sent.get(thread), hold_open_tail=True)
         await areport(plan.result, plan.event, config=config)
         self._remember(thread, plan)
         return self._update(plan)

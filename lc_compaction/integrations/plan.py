@@ -38,7 +38,7 @@ from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.integrations.writes import adopt_ids, by_id_writes
 from lc_compaction.policy import CompactionPolicy
-from lc_compaction.structure import Repair, fill_missing_ids, normalize_system_messages
+from lc_compaction.structure import Repair, fill_missing_ids, normalize_system_messages, open_tool_block_start
 from lc_compaction.tally import CountTally, forget, prefix_counts
 from lc_compaction.tokens import TokenCounter
 
@@ -276,6 +276,24 @@ class _Planning:
         """What to compact: the stored history, or in view mode the previous view plus the new messages; a
         mid-history SystemMessage among the new messages sent as a HumanMessage (`self.converted`), on every
         call, compacting or not."""
+        self.tail: list[BaseMessage] = []
+        """The open tool block held out of compaction (`hold_open_tail`), passed on after the compacted history."""
+
+    def hold_open_tail(self, counter: TokenCounter) -> int:
+        """Hold the stored history's open tool block out of the compaction: an assistant message whose tool calls
+        are not all answered, at the very end (`structure.open_tool_block_start`), with the results received so
+        far. Not repaired and not compacted: a tool node that runs in the same graph step as the node answers it,
+        and a "no result was recorded" placeholder written now would land beside the real result, two results
+        for one call in the next model input (issue 20, class 11). A call that no node answers is repaired at the
+        first call after a message follows it (it is no longer at the end). Rewrite mode only (the state is the
+        model input). Returns the tokens of the held messages (`counter.count_messages`), to count beside the
+        history; 0 when nothing is held."""
+        cut = open_tool_block_start(self.to_compact)
+        if self.mode != "rewrite" or cut == 0 or cut >= len(self.to_compact):
+            return 0
+        self.tail = list(self.to_compact[cut:])
+        self.to_compact = self.to_compact[:cut]
+        return counter.count_messages(self.tail)
 
     def finish(self, result: CompactionResult, policy: CompactionPolicy,
                held: Sequence[BaseMessage] | None) -> CompactionPlan:
@@ -287,7 +305,7 @@ class _Planning:
         held_ids = {m.id for m in held if m.id} if held is not None and result.compacted and mode == "rewrite" else None
         if result.messages is not self.to_compact:
             result = _with_messages(result, adopt_ids(self.to_compact, result.messages, held_ids), policy.counter)
-        out = result.messages
+        out = [*result.messages, *self.tail] if self.tail else result.messages
         old = self.previous or {}
         new_memory: dict[str, Any] = {
             "version": MEMORY_VERSION,
@@ -327,7 +345,7 @@ def _with_messages(result: CompactionResult, messages: list[BaseMessage], counte
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                     mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
                     held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
-                    agent_request: AgentRequest | None = None) -> CompactionPlan:
+                    agent_request: AgentRequest | None = None, hold_open_tail: bool = False) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -348,6 +366,9 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
             `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
         agent_request: the agent's latest model request as the door sent it, for a cache-sharing summary
             request (`compact(agent_request=...)`, `lc_compaction.agent_request`). None: the transcript prompt.
+        hold_open_tail: in rewrite mode, keep an open tool block at the end of the stored history out of the
+            compaction and its repair (`_Planning.hold_open_tail`): the LangGraph node, which may run in the same
+            graph step as the tool node that answers it. False: such a block is repaired like any dangling call.
 
     The memory written (plain JSON; in view mode it holds the messages compaction rewrote):
     `{"version": 2, "mode": ..., "calls": int, "compactions": int (calls whose ladder ran and changed the history;
@@ -366,6 +387,7 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     call, compacting or not (reported as a repair; in rewrite mode written in place, by id).
     """
     planning = _Planning(messages, memory, mode, door, key)
+    extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
     result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                       agent_request=agent_request) if offload is None else
@@ -377,9 +399,11 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                            mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
                            held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
-                           agent_request: AgentRequest | None = None) -> CompactionPlan:
+                           agent_request: AgentRequest | None = None, hold_open_tail: bool = False
+                           ) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
+    extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
     result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                              agent_request=agent_request) if offload is None
