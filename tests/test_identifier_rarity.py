@@ -220,7 +220,8 @@ def _correction_then_routine(routine: list[str]) -> list[BaseMessage]:
     new user's trial of class 8: a correction older than a run of routine turns)."""
     msgs: list[BaseMessage] = [
         SystemMessage("You are an ops agent.", id="sys"),
-        HumanMessage("Set up the ingest job RQ-FACADE.", id="h0"), AIMessage("Done, it uses the batch pipeline.", id="a0"),
+        HumanMessage("Set up the ingest job RQ-FACADE.", id="h0"),
+        AIMessage("Done, it uses the batch pipeline.", id="a0"),
         HumanMessage("Correction for RQ-FACADE: use the streaming pipeline, not the batch one.", id="hc"),
         AIMessage("Understood.", id="ac")]
     for t, turn in enumerate(routine):

@@ -115,10 +115,10 @@ class TruncateToolResults(SyncStrategy):
         (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
         progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
         the recall instruction is no identifier of the result); but a recall answer's note (offload on) lists none:
-        they are the recalled original's, which the store keeps and the answer's call names. It depends only on these: the same result gives the
-        same note, remembered for the last `NOTE_CACHE` results read (`NOTE_CACHE_CHARS` characters of them), so a
-        history compacted again from its originals (the view mode of the front doors, a restarted worker) does not
-        read them again."""
+        they are the recalled original's, which the store keeps and the answer's call names. It depends only on
+        these: the same result gives the same note, remembered for the last `NOTE_CACHE` results read
+        (`NOTE_CACHE_CHARS` characters of them), so a history compacted again from its originals (the view mode of
+        the front doors, a restarted worker) does not read them again."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
@@ -141,7 +141,8 @@ class TruncateToolResults(SyncStrategy):
         hint = f". {recall_hint(recall)}" if recall is not None else ""
         failure = tool_failure(message, text)  # a failed call's note says so (its preview may not show it)
         # a recall answer's identifiers are the recalled original's: the store holds them and the call names them
-        listed = "" if recall is not None and tool == RECALL_TOOL_NAME else self._identifiers(text, gapless(shown), tool)
+        lookup = recall is not None and tool == RECALL_TOOL_NAME
+        listed = "" if lookup else self._identifiers(text, gapless(shown), tool)
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
                 f"{NOTE_PREVIEW}{json.dumps(shown, ensure_ascii=False)}"
