@@ -119,9 +119,9 @@ def document(kind_: str, key: str, value: dict[str, Any]) -> Document | None:
     content = message.content
     text = content if isinstance(content, str) else (message.text or recall_text(content))
     call = value.get("call") if isinstance(value.get("call"), str) else ""
-    if kind(message) == AI:
+    if kind(message) == AI:  # its calls are its own words: in its text (what the snippet shows)
         calls = [call_text(c["name"], c.get("args")) for c in message.tool_calls]  # type: ignore[attr-defined]
-        call = "\n".join(calls)
+        text, call = "\n".join(x for x in (text, *calls) if x), ""
     position = value.get("position")
     compaction = value.get("compaction")
     return Document(kind_, key, message, text, call or "",

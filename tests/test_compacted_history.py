@@ -158,8 +158,9 @@ def test_undo_through_a_compiled_graph_restores_the_original_plus_later_turns(ba
     _check_undo(chat, lambda config, n: node.uncompact(config, n, graph=graph))
 
 
-def test_async_undo_through_a_compiled_graph(backend: Any) -> None:
-    store, saver = backend
+def test_async_undo_through_a_compiled_graph() -> None:
+    """`auncompact` (InMemory: the sync PostgresSaver has no async methods)."""
+    store, saver = InMemoryStore(), InMemorySaver()
     node = _node()
     graph = _graph(node, store, saver)
     chat = Chat([graph], thread="async")
