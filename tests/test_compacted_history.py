@@ -44,7 +44,8 @@ TURNS = 14
 
 
 def _user(k: int) -> HumanMessage:
-    lead = "Correction: use the streaming pipeline, not the batch one. " if k == 1 else f"Question {k} about ORD-{k:04d}. "
+    lead = ("Correction: use the streaming pipeline, not the batch one. " if k == 1
+            else f"Question {k} about ORD-{k:04d}. ")
     return HumanMessage(lead + "please " * 90, id=f"u{k}")
 
 

@@ -2,8 +2,9 @@
 
 - Through `create_agent` + `CompactionMiddleware(offload=True)` (which registers the tools) and a scripted model:
   after a chat long enough to drop its early turns, the model searches for a correction the user made at turn 1
-  (its turn no longer in its input; the drop marker may quote its start), reads the hit's handle, and `recall_message` answers the turn word for word. Another
-  thread of the same store searching for those words finds nothing and sees none of them. InMemory and Postgres.
+  (its turn no longer in its input; the drop marker may quote its start), reads the hit's handle, and
+  `recall_message` answers the turn word for word. Another thread of the same store searching for those words
+  finds nothing and sees none of them. InMemory and Postgres.
 - A folded step of a running request (its result and call out of the history, in the progress note) is found by
   an identifier inside its result, and by the argument of the call that asked for it; the hit names
   `recall_tool_result(tool_call_id=...)` and its snippet sits inside the data fence.
