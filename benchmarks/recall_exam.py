@@ -2,6 +2,7 @@
 
     scripts/dev python benchmarks/recall_exam.py --output benchmarks/RECALL.md
     scripts/dev python benchmarks/recall_exam.py --conversations 2 --windows 4000 --output /tmp/RECALL.md
+    scripts/dev python benchmarks/recall_exam.py --from-json FIGURES.json --output benchmarks/RECALL.md   # no replay
 
 Method.
 
@@ -561,15 +562,39 @@ def _table(rows: dict[str, dict[str, Any]], which: str) -> list[str]:
 
 def _verdict(result: dict[str, Any]) -> list[str]:
     out = []
-    for window, w in result["windows"].items():
-        g = w["all"]["last"]
-        parts = []
-        for kind in QUERY_KINDS:
-            s = g["by_kind"][kind]["share"]
-            parts.append(f"{kind} {_pct(s)} ({'met' if s is not None and s >= 0.98 else 'missed'})")
-        out.append(f"- {int(window):,} tokens, at the last call: " + ", ".join(parts)
-                   + f"; context or call words {_pct(g['keywords_share'])}.")
+    for which, when in (("last", "at the last call (every fact)"),
+                        ("removed", "at the first call without it (only the facts compaction removed)")):
+        for window, w in result["windows"].items():
+            g = w["all"][which]
+            parts = []
+            for kind in QUERY_KINDS:
+                s = g["by_kind"][kind]["share"]
+                parts.append(f"{kind} {_pct(s)} ({'met' if s is not None and s >= 0.98 else 'missed'})")
+            out.append(f"- {int(window):,} tokens, {when}: " + ", ".join(parts)
+                       + f"; context or call words {_pct(g['keywords_share'])}.")
     return out
+
+
+WHY = (
+    "Why the \"call\" query misses the target (read with the misses' categories above, and the examples below). "
+    "Coding agents run the same or nearly the same command many times (`python "
+    "reproduce_issue.py`, `cat pvlib/temperature.py | sed -n ...`), so the words of a call match every run of it "
+    "and the first three hits are often other runs; and the assistant message that made a call is a record of "
+    "its own whose text holds the call (`search.document`), shorter than the result, so BM25 ranks it first: "
+    "for `bash python reproduce_issue.py` in marshmallow-1343 at 4k, four of the five hits are assistant "
+    "messages, and recalling one gives the call, not its output. The value and the words around it in the "
+    "output find almost every fact; an agent that tries the words around it, then its call words, finds what the \"context or call words\" "
+    "column says. "
+    "The value's misses are paths named in many records (`src/marshmallow/schema.py`), whose listing is outranked "
+    "by the records that mention it more often.")
+
+
+def _lost(result: dict[str, Any]) -> str:
+    """The line saying whether any fact compaction removed was lost (a "not recorded" miss)."""
+    lost = sum(g["by_kind"][k]["misses"].get("not recorded", 0) for w in result["windows"].values()
+               for g in (w["all"]["last"], w["all"]["removed"]) for k in QUERY_KINDS)
+    return ("Lost: no miss is \"not recorded\": every fact compaction removed was in a record of its thread."
+            if not lost else f"Lost: {lost} lookups missed a fact no record of its thread holds (\"not recorded\").")
 
 
 def _examples(result: dict[str, Any], n: int = 12) -> list[str]:
@@ -600,7 +625,7 @@ def markdown(result: dict[str, Any], *, command: str, machine: dict[str, Any], s
              "left out), and for a tool result the call that produced it (tool name and argument values). "
              "\"With search + recall\" shares count the facts found in the context too; \"context or call "
              "words\" is found by either key-word query.", "",
-             "## Target (>= 98% with search, whatever the window)", "", *_verdict(result), ""]
+             "## Target (>= 98% with search, whatever the window)", "", *_verdict(result), "", _lost(result), "", WHY, ""]
     for window, w in result["windows"].items():
         rows = {**w["files"], "all": w["all"]}
         lines += [f"## {int(window):,} tokens", "",
@@ -624,11 +649,22 @@ def markdown(result: dict[str, Any], *, command: str, machine: dict[str, Any], s
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the figures as JSON.")
 @click.option("--progress", is_flag=True, help="A line per conversation on stderr.")
+@click.option("--from-json", "from_json", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Write the markdown from the figures an earlier run wrote with --json (no replay).")
 def main(traces: Path | None, windows: str, conversations: int | None, output: Path | None,
-         json_path: Path | None, progress: bool) -> None:
+         json_path: Path | None, progress: bool, from_json: Path | None) -> None:
     """Run the recall exam (see the module docstring)."""
     from benchmarks.machine import machine_info
     from tests.shared_data import traces_dir
+
+    if from_json is not None:
+        data = json.loads(from_json.read_text(encoding="utf-8"))
+        text = markdown(data, command=data["command"], machine=data["machine"], seconds=data["seconds"])
+        if output is None:
+            click.echo(text)
+        else:
+            output.write_text(text, encoding="utf-8")
+        return
 
     folder = traces if traces is not None else traces_dir()
     machine = machine_info()
@@ -642,7 +678,8 @@ def main(traces: Path | None, windows: str, conversations: int | None, output: P
     command = "scripts/dev python benchmarks/recall_exam.py" + "".join(f" {a}" for a in sys.argv[1:])
     text = markdown(result, command=command, machine=machine, seconds=seconds)
     if json_path is not None:
-        json_path.write_text(json.dumps({**result, "machine": machine, "seconds": round(seconds, 1)}, indent=1)
+        json_path.write_text(json.dumps({**result, "machine": machine, "seconds": round(seconds, 1),
+                                         "command": command}, indent=1)
                              + "\n", encoding="utf-8")
     if output is None:
         click.echo(text)
