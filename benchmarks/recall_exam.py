@@ -62,7 +62,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -583,7 +583,8 @@ WHY = (
     "its own whose text holds the call (`search.document`), shorter than the result, so BM25 ranks it first: "
     "for `bash python reproduce_issue.py` in marshmallow-1343 at 4k, four of the five hits are assistant "
     "messages, and recalling one gives the call, not its output. The value and the words around it in the "
-    "output find almost every fact; an agent that tries the words around it, then its call words, finds what the \"context or call words\" "
+    "output find almost every fact; an agent that tries the words around it, then its call words, finds what "
+    "the \"context or call words\" "
     "column says. "
     "The value's misses are paths named in many records (`src/marshmallow/schema.py`), whose listing is outranked "
     "by the records that mention it more often.")
@@ -625,7 +626,8 @@ def markdown(result: dict[str, Any], *, command: str, machine: dict[str, Any], s
              "left out), and for a tool result the call that produced it (tool name and argument values). "
              "\"With search + recall\" shares count the facts found in the context too; \"context or call "
              "words\" is found by either key-word query.", "",
-             "## Target (>= 98% with search, whatever the window)", "", *_verdict(result), "", _lost(result), "", WHY, ""]
+             "## Target (>= 98% with search, whatever the window)", "", *_verdict(result), "", _lost(result), "",
+             WHY, ""]
     for window, w in result["windows"].items():
         rows = {**w["files"], "all": w["all"]}
         lines += [f"## {int(window):,} tokens", "",

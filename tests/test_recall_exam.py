@@ -41,8 +41,8 @@ def _conversation(steps: int, filler: int, turns: int = 3) -> list[BaseMessage]:
         out.append(HumanMessage(f"Please reconcile the invoices of region {turn}.", id=f"u{turn}"))
         for k in range(steps):
             cid = f"c{turn}-{k}"
-            out.append(AIMessage("", id=f"a{turn}-{k}", tool_calls=[{"name": "lookup", "args": {"q": f"batch {turn}-{k}"},
-                                                                     "id": cid, "type": "tool_call"}]))
+            call = {"name": "lookup", "args": {"q": f"batch {turn}-{k}"}, "id": cid, "type": "tool_call"}
+            out.append(AIMessage("", id=f"a{turn}-{k}", tool_calls=[call]))
             codes = " ".join(f"ZB{turn}{k:02d}{j:02d}X" for j in range(12))
             body = f"orders {codes}. " + " ".join(["ledger entry reconciled"] * filler)
             if turn == 0 and k == 0:
