@@ -31,7 +31,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction.markers import MARK_KEY, RECALL_TOOL_NAME, is_shortened, is_truncated
+from lc_compaction.markers import LOOKUP_TOOL_NAMES, MARK_KEY, is_shortened, is_truncated
 
 __all__ = ["DEDUP_MIN_CHARS", "DEDUP_STRATEGY", "arrival_notes", "content_sha256", "detail", "duplicates",
            "is_deduplicated", "note_for", "referenced", "restorations", "same_as"]
@@ -91,7 +91,7 @@ class _Copies:
         """Index `messages[self.n:upto]`."""
         for i in range(self.n, upto):
             m = messages[i]
-            if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME:
+            if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES:
                 continue
             if is_shortened(m):
                 sha = m.response_metadata[MARK_KEY].get("sha256")
@@ -138,7 +138,7 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
             continue
         key = _key(m.content) if kind(m) == TOOL and not is_shortened(m) else None
         if key is not None and len(key) >= DEDUP_MIN_CHARS and not (
-                is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME):
+                is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES):
             j = copies.whole.get(key)
             if j is None:
                 j = new.whole.get(key)
@@ -161,7 +161,7 @@ def _scan(messages: Sequence[BaseMessage], start: int, pinned: Callable[[BaseMes
     cut: dict[str, int] = {}
     out: dict[int, int] = {}
     for i, m in enumerate(messages):
-        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name == RECALL_TOOL_NAME or pinned(m)):
+        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES or pinned(m)):
             continue  # the recall tool's answer is what the model asked to read: it gets it whole
         if is_shortened(m):
             sha = m.response_metadata[MARK_KEY].get("sha256")

@@ -62,6 +62,25 @@ RECALL_TOOL_NAME = "recall_tool_result"
 results are never offloaded on arrival nor deduplicated (the model asked to read them). Here, with the other words
 the package writes, below every rule that uses it (`offload`, `dedup`, `progress`)."""
 
+RECALL_MESSAGE_TOOL_NAME = "recall_message"
+"""Name of the tool that reads back a user or assistant message compaction removed or rewrote, by its message id
+(`lc_compaction.integrations.recall`): the handle a search hit names for a message that is not a tool result."""
+
+SEARCH_TOOL_NAME = "search_compacted_history"
+"""Name of the search tool over what compaction removed or rewrote in the thread
+(`lc_compaction.integrations.search`)."""
+
+LOOKUP_TOOL_NAMES = frozenset({RECALL_TOOL_NAME, RECALL_MESSAGE_TOOL_NAME, SEARCH_TOOL_NAME})
+"""The tools whose answers read back what compaction took out: the model asked for them, so their results are never
+offloaded on arrival nor deduplicated (`offload.large_arrivals`, `dedup`)."""
+
+SEARCH_HINT = (f"[lc-compaction: what was left out is kept; call {SEARCH_TOOL_NAME}(query) to find it, then "
+               "read it whole with the handle each hit names]")
+"""The one line a drop marker (after `DROPPED_TEXT`) and a summary (after `SUMMARY_PREFIX`) carry with offload on,
+so the model knows where the rest can be looked up. Fixed, one line, byte-stable: the marker and the summary stay
+byte-identical from call to call (the provider's cached prefix). Code that reads facts back from a marker or a
+summary skips it (`dropped_marker_facts`, `summary_text`)."""
+
 MARK_KEY = "lc_compaction"
 """Key under which lc-compaction keeps its marks (`additional_kwargs` / `response_metadata`)."""
 
@@ -210,13 +229,14 @@ def is_dropped_marker(message: BaseMessage) -> bool:
             and not message.tool_calls)  # type: ignore[attr-defined]
 
 
-def make_dropped_marker(*, message_id: str | None = None, facts: str = "") -> AIMessage:
+def make_dropped_marker(*, message_id: str | None = None, facts: str = "", hint: bool = False) -> AIMessage:
     """The marker left where exchanges were dropped: an `AIMessage` with the text `DROPPED_TEXT`, then, on the next
     lines, `facts` (the fact guard's lines of what it stands for, `FactGuard.facts_line`; none when empty), marked
     `{"kind": "dropped"}` under "lc_compaction" in `response_metadata` and in `additional_kwargs` (fields no chat
     model integration sends to its provider; the second stays when the last resort cuts the marker and marks it
-    "shortened"). `message_id`: its id (default: a new "lc-compaction-dropped-..." id)."""
-    return AIMessage(content=DROPPED_TEXT + (f"\n{facts}" if facts else ""),
+    "shortened"). `message_id`: its id (default: a new "lc-compaction-dropped-..." id). `hint` (offload on):
+    `SEARCH_HINT` on the line after `DROPPED_TEXT`, before the facts."""
+    return AIMessage(content=DROPPED_TEXT + (f"\n{SEARCH_HINT}" if hint else "") + (f"\n{facts}" if facts else ""),
                      id=message_id or f"lc-compaction-dropped-{uuid.uuid4().hex[:12]}",
                      additional_kwargs={MARK_KEY: {"kind": "dropped"}},
                      response_metadata={MARK_KEY: {"kind": "dropped"}})
@@ -294,7 +314,8 @@ def dropped_marker_facts(message: BaseMessage) -> str:
     if cut >= 0:  # the last line before the cut is partial: an identifier in it may be cut too
         whole = facts[:cut].rstrip("\n")
         facts = whole.rsplit("\n", 1)[0] if "\n" in whole[1:] else ""
-    return facts.lstrip("\n")
+    facts = facts.lstrip("\n")
+    return facts[len(SEARCH_HINT):].lstrip("\n") if facts.startswith(SEARCH_HINT) else facts
 
 
 @dataclass(frozen=True)
@@ -475,21 +496,24 @@ def fenced_lines(text: str) -> list[str]:
     return lines
 
 
-def make_summary_message(text: str, *, message_id: str | None = None, role: str = "human") -> BaseMessage:
-    """Build the summary message for `text` (plain text); `FENCE_NOTE` follows the prefix when `text` holds fenced
-    tool data.
+def make_summary_message(text: str, *, message_id: str | None = None, role: str = "human",
+                         hint: bool = False) -> BaseMessage:
+    """Build the summary message for `text` (plain text); `SEARCH_HINT` and a blank line follow the prefix when
+    `hint` (offload on), then `FENCE_NOTE` when `text` holds fenced tool data.
 
     Args:
         text: the summary itself, plain text.
         message_id: id of the new message (give one so graph state can replace it later).
         role: "human" (default; accepted mid-history by every provider) or "ai".
+        hint: put `SEARCH_HINT` after the prefix (offload on: what was summarized can be searched).
 
     Raises:
         ValueError: `role` is "system" (a SystemMessage after the conversation started is rejected by
             Anthropic and Gemini) or unknown.
     """
     kwargs = {"lc_source": "summarization", MARK_KEY: {"kind": "summary"}}
-    content = SUMMARY_PREFIX + (FENCE_NOTE + "\n\n" if UNTRUSTED_DATA_FENCE[0] in text else "") + text
+    content = (SUMMARY_PREFIX + (SEARCH_HINT + "\n\n" if hint else "")
+               + (FENCE_NOTE + "\n\n" if UNTRUSTED_DATA_FENCE[0] in text else "") + text)
     if role == "human":
         return HumanMessage(content=content, additional_kwargs=kwargs, id=message_id)
     if role == "ai":
@@ -499,10 +523,11 @@ def make_summary_message(text: str, *, message_id: str | None = None, role: str 
 
 
 def summary_text(message: BaseMessage) -> str:
-    """The summary's own text, without the fixed prefix (and the `FENCE_NOTE` after it)."""
+    """The summary's own text, without the fixed prefix (and the `SEARCH_HINT` and `FENCE_NOTE` after it)."""
     text = message.content if isinstance(message.content, str) else message.text
     lead = text.lstrip()
     text = lead[len(_SUMMARY_LEAD):].lstrip() if lead.startswith(_SUMMARY_LEAD) else text
+    text = text[len(SEARCH_HINT):].lstrip("\n") if text.startswith(SEARCH_HINT) else text
     return text[len(FENCE_NOTE):].lstrip("\n") if text.startswith(FENCE_NOTE) else text
 
 

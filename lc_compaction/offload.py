@@ -15,6 +15,9 @@ Namespace layout, one per conversation thread (the thread id is `config["configu
                                                                  "<tool_call_id>@<message id>" (see Keys)
     ("lc_compaction", "offload", <thread>, "message")       key: the message id (a dropped, summarized or
                                                                  cut user or assistant message)
+    ("lc_compaction", "offload", <thread>, "compaction")    key: the compaction's number, 8 digits ("00000003"):
+                                                                 one record per rewrite of the stored history
+                                                                 (`lc_compaction.history`)
 
 Keys (`OffloadKeys`): a tool_call_id is the handle only when it names one result in the thread. Several
 OpenAI-compatible servers number the calls of every assistant turn from `call_0`, so an id can come back in a
@@ -30,7 +33,11 @@ contain a period). The value, plain JSON (the same on `InMemoryStore` and `Postg
      "sha256": <hex digest of that text>, "chars": <characters of the recall text>, "tool_call_id": str | None,
      "message_id": str | None, "name": str | None, "reason": "truncated" | "removed" | "summarized" | ...,
      "recall_chars": int (optional: the largest recall slice for the window of the call that wrote it,
-                     `recall_chars`)}
+                     `recall_chars`),
+     "position": int (optional: the message's index in the history that compaction read, in messages),
+     "compaction": int (optional: the number of the compaction that removed or rewrote it, `lc_compaction.history`),
+     "call": str (optional, tool results: the call that asked for it, `name(arguments JSON)`, at most
+             `CALL_TEXT_CHARS` characters: what the search matches beside the result)}
 
 The message is kept as JSON *text*: PostgreSQL's jsonb reorders object keys and refuses "\\u0000", so a nested
 JSON object would not come back byte-identical; an ASCII-escaped JSON string does, on every store.
@@ -55,6 +62,7 @@ from lc_compaction.dedup import is_deduplicated
 from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond
 from lc_compaction.markers import (
     CUT_IDENTIFIERS,
+    LOOKUP_TOOL_NAMES,
     MARK_KEY,
     OFFLOADED_LEAD,
     RECALL_TOOL_NAME,
@@ -69,6 +77,7 @@ if TYPE_CHECKING:
     from lc_compaction.ladder import Action, LadderState, RecallKeys
 
 __all__ = [
+    "CALL_TEXT_CHARS",
     "DEFAULT_RECALL_CHARS",
     "MIN_RECALL_CHARS",
     "NAMESPACE_ROOT",
@@ -83,7 +92,10 @@ __all__ = [
     "OffloadRecord",
     "is_compaction_text",
     "is_offloaded",
+    "call_text",
     "large_arrivals",
+    "message_from_json",
+    "message_json",
     "offload_namespace",
     "own_original",
     "plan_offloads",
@@ -134,6 +146,11 @@ RECALL_OVERHEAD_TOKENS = 64
 """Tokens of a recall's answer beside the slice: the ToolMessage framing and the one-line trailer saying where
 the next slice starts (about 30 tokens), rounded up."""
 
+CALL_TEXT_CHARS = 1_000
+"""Characters of a tool call's text (`call_text`) kept beside its result's record: the search matches a result by
+the call that asked for it (an order id, a path in the arguments); longer arguments are in the assistant
+message's own record."""
+
 _VERSION = 1
 
 
@@ -142,17 +159,40 @@ def _label(thread_id: str) -> str:
 
 
 def offload_namespace(thread_id: str, kind: str = "tool_result") -> tuple[str, ...]:
-    """The store namespace of `thread_id`'s offloaded tool results (`kind="tool_result"`) or other messages
-    (`kind="message"`).
+    """The store namespace of `thread_id`'s offloaded tool results (`kind="tool_result"`), other messages
+    (`kind="message"`) or compaction records (`kind="compaction"`, `lc_compaction.history`).
 
     Raises:
         ValueError: `thread_id` is not a non-empty string, or `kind` is unknown.
     """
     if not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id: offload needs a non-empty string thread id, got {thread_id!r}")
-    if kind not in ("tool_result", "message"):
-        raise ValueError(f"kind: 'tool_result' or 'message', got {kind!r}")
+    if kind not in ("tool_result", "message", "compaction"):
+        raise ValueError(f"kind: 'tool_result', 'message' or 'compaction', got {kind!r}")
     return (*NAMESPACE_ROOT, _label(thread_id), kind)
+
+
+def message_json(message: BaseMessage) -> str:
+    """`message` as ASCII-escaped JSON text of its LangChain dict (`message_to_dict`): what a record keeps, so the
+    message comes back byte-identical from any store (see the module docstring)."""
+    return json.dumps(message_to_dict(message), ensure_ascii=True, separators=(",", ":"))
+
+
+def message_from_json(text: str) -> BaseMessage:
+    """The message back from `message_json`'s text.
+
+    Raises:
+        ValueError: `text` is not JSON of a LangChain message dict.
+    """
+    try:
+        return messages_from_dict([json.loads(text)])[0]
+    except (TypeError, KeyError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a message's JSON text: {text[:120]!r}") from exc
+
+
+def call_text(name: str, args: Any) -> str:
+    """A tool call as the search reads it: `name(arguments as JSON)`, at most `CALL_TEXT_CHARS` characters."""
+    return f"{name}({json.dumps(args, ensure_ascii=False, sort_keys=True)})"[:CALL_TEXT_CHARS]
 
 
 def recall_text(content: Any) -> str:
@@ -263,12 +303,19 @@ class OffloadRecord:
         recall_chars: the largest recall slice for the window of the call that plans it (`recall_chars`), written
             in the value; None: the recall tool's own cap applies.
         kind: "tool_result" or "message" (the namespace, from the message's type).
+        position: the message's index in the history compaction read (messages); None: not said.
+        compaction: the number of the compaction that took it out (`lc_compaction.history`), set by the writer;
+            None: not said.
+        call: a tool result's call (`call_text`), what the search matches beside it; None for other messages.
     """
 
     message: BaseMessage
     reason: str
     key: str = ""
     recall_chars: int | None = None
+    position: int | None = None
+    compaction: int | None = None
+    call: str | None = None
     kind: str = field(init=False)
     _text: str | None = field(default=None, init=False, repr=False)
 
@@ -280,7 +327,7 @@ class OffloadRecord:
     def message_json(self) -> str:
         """The message as ASCII-escaped JSON text (computed once)."""
         if self._text is None:
-            self._text = json.dumps(message_to_dict(self.message), ensure_ascii=True, separators=(",", ":"))
+            self._text = message_json(self.message)
         return self._text
 
     def sha256(self) -> str:
@@ -293,7 +340,10 @@ class OffloadRecord:
         return {"v": _VERSION, "message": self.message_json(), "sha256": self.sha256(),
                 "chars": len(recall_text(m.content)), "tool_call_id": getattr(m, "tool_call_id", None),
                 "message_id": m.id, "name": m.name, "reason": self.reason,
-                **({"recall_chars": self.recall_chars} if self.recall_chars is not None else {})}
+                **({"recall_chars": self.recall_chars} if self.recall_chars is not None else {}),
+                **({"position": self.position} if self.position is not None else {}),
+                **({"compaction": self.compaction} if self.compaction is not None else {}),
+                **({"call": self.call} if self.call is not None else {})}
 
 
 def record_message(value: dict[str, Any]) -> BaseMessage:
@@ -304,7 +354,7 @@ def record_message(value: dict[str, Any]) -> BaseMessage:
     """
     if not isinstance(value, dict) or value.get("v") != _VERSION or not isinstance(value.get("message"), str):
         raise ValueError(f"not an lc-compaction offload record (version {_VERSION}): {str(value)[:120]!r}")
-    return messages_from_dict([json.loads(value["message"])])[0]
+    return message_from_json(value["message"])
 
 
 _REASON = {"truncated": "truncated", "shortened": "shortened", "offloaded": "offloaded"}
@@ -350,8 +400,12 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
     (`is_compaction_text`: a summary, a drop marker, a repair's placeholder, of this call or an earlier one). A
     deduplication note is written as its original, the content of the earlier result it names
     (`undeduplicated`); an assistant message holding the running request's progress note as its own content,
-    without the note (`own_original`). O(input + actions)."""
+    without the note (`own_original`). Each record says its message's `position` in `original` and, for a tool
+    result, its `call` (`call_text`). O(input + actions)."""
     by_id: dict[str | None, BaseMessage] = {m.id: m for m in original if m.id}
+    position = {m.id: i for i, m in enumerate(original) if m.id}
+    calls = {c["id"]: call_text(c["name"], c.get("args")) for m in original if kind(m) == AI
+             for c in m.tool_calls if c.get("id")}  # type: ignore[attr-defined]
     keys = keys if keys is not None else OffloadKeys(original)
     out: dict[tuple[str, str], OffloadRecord] = {}
 
@@ -359,7 +413,9 @@ def plan_offloads(original: Sequence[BaseMessage], actions: Iterable[Action], re
         if (message is None or is_truncated(message) or is_shortened(message) or is_offloaded(message)
                 or is_compaction_text(message)):
             return
-        record = OffloadRecord(own_original(message, by_id), reason, keys.key(message), recall_chars)
+        cid = cast(ToolMessage, message).tool_call_id if kind(message) == TOOL else None
+        record = OffloadRecord(own_original(message, by_id), reason, keys.key(message), recall_chars,
+                               position=position.get(message.id or ""), call=calls.get(cid) if cid else None)
         out.setdefault((record.kind, record.key), record)
 
     for action in actions:
@@ -385,7 +441,7 @@ def large_arrivals(messages: Sequence[BaseMessage], start: int, counts: dict[int
         return set()
     out = set()
     for m in messages[start:]:
-        if (kind(m) == TOOL and counts.get(id(m), 0) > above and m.name != RECALL_TOOL_NAME
+        if (kind(m) == TOOL and counts.get(id(m), 0) > above and m.name not in LOOKUP_TOOL_NAMES
                 and not (is_truncated(m) or is_shortened(m) or pinned(m))):
             out.add(m.id or "")
     return out

@@ -151,7 +151,7 @@ def test_create_agent_truncates_then_recalls_through_the_tool(backend: Any, mode
     answers: list[ToolMessage] = []
     model = scripted(WINDOW, answers)
     middleware = CompactionMiddleware(offload=True, mode=mode)
-    assert [t.name for t in middleware.tools] == [RECALL_TOOL_NAME]
+    assert [t.name for t in middleware.tools] == [RECALL_TOOL_NAME, "recall_message", "search_compacted_history"]
     agent = create_agent(model, [get_report], middleware=[middleware], store=store, checkpointer=checkpointer)
     config = {"configurable": {"thread_id": "alice"}}
     out = agent.invoke({"messages": [{"role": "user", "content": "Get reports 1 to 5, then read report 1 again."}]},

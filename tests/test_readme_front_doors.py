@@ -107,12 +107,16 @@ def check_checkpoint(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str
     assert ns["agent"].get_state(ns["config"]).values["compaction"]["last"]["reason"] == "under_trigger"
 
 
+LOOKUP_TOOLS = {"recall_tool_result", "recall_message", "search_compacted_history"}
+"""The tools offload gives the model (issue 22: the search and the message recall beside the result recall)."""
+
+
 def check_offload(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
-    assert tools_sent(server) == {"get_weather", "recall_tool_result"}  # the recall tool reaches the model
+    assert tools_sent(server) == {"get_weather", *LOOKUP_TOOLS}  # the lookup tools reach the model
 
 
 def check_fleet(ns: dict, server: ScriptedOpenAIServer, cwd: Path, out: str) -> None:
-    assert tools_sent(server) == {"get_weather", "recall_tool_result"}  # the recall tool reaches the model
+    assert tools_sent(server) == {"get_weather", *LOOKUP_TOOLS}  # the lookup tools reach the model
     assert ns["DB_URI"] != "postgresql://agents:secret@db.internal:5432/agents"  # the local server, not the example
 
 

@@ -8,8 +8,10 @@
   run with `RunnableWithMessageHistory` (both deprecated in langchain-core; prefer the doors above for new code).
   Imported on first use.
 - `EVENT_NAME` (`integrations/events.py`): the name of the custom event both doors dispatch.
-- `recall_tool_result` (`integrations/recall.py`): the tool that reads back what offload kept
-  (`offload=True` on either door; `integrations/offload.py` does the writes).
+- `recall_tool_result` and `recall_message` (`integrations/recall.py`): the tools that read back what offload kept
+  (`offload=True` on either door; `integrations/offload.py` does the writes); `search_compacted_history`
+  (`integrations/search.py`): the tool that searches it; undo (`uncompact` on both doors) in
+  `integrations/history.py`.
 
 What the node and the middleware share (`resolve_policy`, `plan_compaction`, `CompactionPlan`, the memory layout,
 the offload writes) lives in `integrations/plan.py`; rewrite mode's state writes (by id) in
@@ -20,10 +22,12 @@ from typing import Any
 
 from lc_compaction.integrations.events import EVENT_NAME
 from lc_compaction.integrations.langgraph import CompactionNode, CompactionState, compaction_hook
-from lc_compaction.integrations.recall import recall_tool_result
+from lc_compaction.integrations.recall import recall_message, recall_tool_result
+from lc_compaction.integrations.search import search_compacted_history
 
 __all__ = ["EVENT_NAME", "CompactingChatMessageHistory", "CompactionAgentState", "CompactionMiddleware",
-           "CompactionNode", "CompactionState", "compaction_hook", "recall_tool_result"]
+           "CompactionNode", "CompactionState", "compaction_hook", "recall_message", "recall_tool_result",
+           "search_compacted_history"]
 
 
 def __getattr__(name: str) -> Any:

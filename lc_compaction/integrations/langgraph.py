@@ -69,11 +69,13 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AnyMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
 from langgraph.graph.message import add_messages
+from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from typing_extensions import Required, TypedDict
 
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.integrations.events import areport, report
+from lc_compaction.integrations.history import auncompact, uncompact
 from lc_compaction.integrations.offload import offload_target
 from lc_compaction.integrations.plan import (
     REQUESTS_KEPT,
@@ -132,8 +134,9 @@ class CompactionNode(Runnable[dict, Any]):
             names LangChain's `SummarizationMiddleware` uses).
         offload, offload_above: offload what compaction takes out (`lc_compaction.offload`): a `BaseStore`, or
             True for the graph's store (`builder.compile(store=...)`); the run's config must carry a
-            `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result` to the agent's tools so the
-            model can read it back.
+            `thread_id`. Add `lc_compaction.integrations.recall.recall_tool_result`, `recall_message` and
+            `lc_compaction.integrations.search.search_compacted_history` to the agent's tools so the model can
+            find and read it back; in rewrite mode each rewrite is recorded and can be undone (`uncompact`).
         deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
             True (`CompactionPolicy.deduplicate`).
         cached_price: a cached input token's price over an uncached one (0 to 1) at the provider; at 0.5 or more
@@ -261,6 +264,36 @@ class CompactionNode(Runnable[dict, Any]):
         await areport(plan.result, plan.event, config=config)
         self._remember(thread, plan)
         return self._update(plan)
+
+    def uncompact(self, config: RunnableConfig, compaction: int | None = None, *, graph: Any) -> dict[str, Any]:
+        """Restore the thread's stored history as it was before compaction `compaction` (its number; None: the
+        latest whose ladder ran), keeping every message that arrived after it, written by id through `graph`
+        (the compiled graph this node runs in, with a checkpointer and, with offload, a store). With offload on
+        only: the records are in the store (`lc_compaction.integrations.history.uncompact`, which says what is
+        returned). If the restored history no longer fits, the node's next call compacts it again.
+
+        Raises:
+            ValueError: offload is off, view mode, no thread id, or no such compaction to undo (see
+                `integrations.history.uncompact`).
+        """
+        return uncompact(graph, config, compaction, messages_key=self.messages_key, memory_key=self.memory_key,
+                         mode=self.mode, store=self._undo_store())
+
+    async def auncompact(self, config: RunnableConfig, compaction: int | None = None, *,
+                         graph: Any) -> dict[str, Any]:
+        """Async twin of `uncompact`."""
+        return await auncompact(graph, config, compaction, messages_key=self.messages_key,
+                                memory_key=self.memory_key, mode=self.mode, store=self._undo_store())
+
+    def _undo_store(self) -> BaseStore | None:
+        """The store given as `offload=` (None: the graph's).
+
+        Raises:
+            ValueError: offload is off (nothing was recorded).
+        """
+        if self.policy.offload is None:
+            raise ValueError("uncompact needs offload on: the compaction records are kept in the store")
+        return self.policy.offload if isinstance(self.policy.offload, BaseStore) else None
 
     def _remember(self, thread: str | None, plan: CompactionPlan) -> None:
         """Keep the model input of `plan` as the thread's latest request (`self._sent`), when the node knows the

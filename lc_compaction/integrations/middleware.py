@@ -76,6 +76,7 @@ except ImportError:  # pragma: no cover - another langchain layout
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore
 from langgraph.types import Command
 from typing_extensions import NotRequired
 
@@ -94,7 +95,9 @@ from lc_compaction.integrations.plan import (
     resolve_policy,
     tokens_beside,
 )
-from lc_compaction.integrations.recall import recall_tool
+from lc_compaction.integrations.history import auncompact, uncompact
+from lc_compaction.integrations.recall import recall_message_tool, recall_tool
+from lc_compaction.integrations.search import search_tool
 from lc_compaction.policy import CompactionPolicy
 
 __all__ = ["CompactionAgentState", "CompactionMiddleware"]
@@ -131,8 +134,9 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         max_input_tokens, target, reserve, strategies, model_name, pin, repair: the other `CompactionPolicy`
             settings (tokens for sizes).
         offload: True to keep what compaction takes out in the agent's store (`create_agent(..., store=...)`;
-            the run needs a `thread_id`) and register the `recall_tool_result` tool (`self.tools`), or a
-            `BaseStore` to use instead of the agent's. See `lc_compaction.offload`.
+            the run needs a `thread_id`) and register the `recall_tool_result`, `recall_message` and
+            `search_compacted_history` tools (`self.tools`), or a `BaseStore` to use instead of the agent's. See
+            `lc_compaction.offload`; each rewrite is recorded and can be undone (`uncompact`).
         offload_above: with offload, a tool result over this many tokens is offloaded on arrival (head and tail
             preview plus the handle). Default `policy.DEFAULT_OFFLOAD_ABOVE`.
         deduplicate: note a tool result identical to an earlier one on arrival (`lc_compaction.dedup`); default
@@ -179,7 +183,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
         if policy is not None or max_input_tokens is not None or model is not None:
             self.policy = resolve_policy(policy, model=model, **self._settings)
         if (self.policy.offload if self.policy is not None else offload) not in (None, False):
-            self.tools = [recall_tool()]  # the agent's ToolNode injects the runtime (store, thread)
+            # the agent's ToolNode injects the runtime (store, thread)
+            self.tools = [recall_tool(), recall_message_tool(), search_tool()]
 
     def policy_for(self, model: BaseChatModel) -> CompactionPolicy:
         """The policy for a request to `model`: the fixed one, else one built from `model`'s profile window
@@ -292,6 +297,37 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             update["messages"] = writes[0]
         return update
 
+    # ---------------------------------------------------------------------------------------- undo
+    def uncompact(self, config: Any, compaction: int | None = None, *, graph: Any) -> dict[str, Any]:
+        """Restore the thread's stored history as it was before compaction `compaction` (its number; None: the
+        latest whose ladder ran), keeping every message that arrived after it, written by id through `graph`
+        (the agent `create_agent` built with this middleware, a checkpointer and, with offload, a store).
+        With offload on only: the records are in the store (`lc_compaction.integrations.history.uncompact`, which
+        says what is returned). If the restored history no longer fits, the next model call compacts it again.
+
+        Raises:
+            ValueError: offload is off, view mode, no thread id, or no such compaction to undo (see
+                `integrations.history.uncompact`).
+        """
+        return uncompact(graph, config, compaction, messages_key="messages", memory_key=MEMORY_KEY,
+                         mode=self.mode, store=self._undo_store())
+
+    async def auncompact(self, config: Any, compaction: int | None = None, *, graph: Any) -> dict[str, Any]:
+        """Async twin of `uncompact`."""
+        return await auncompact(graph, config, compaction, messages_key="messages", memory_key=MEMORY_KEY,
+                                mode=self.mode, store=self._undo_store())
+
+    def _undo_store(self) -> BaseStore | None:
+        """The store given as `offload=` (None: the graph's).
+
+        Raises:
+            ValueError: offload is off (nothing was recorded).
+        """
+        offload = self.policy.offload if self.policy is not None else self._settings["offload"]
+        if offload in (None, False):
+            raise ValueError("uncompact needs offload on: the compaction records are kept in the store")
+        return offload if isinstance(offload, BaseStore) else None
+
     # ---------------------------------------------------------------------------------------- the call
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
                         ) -> ModelResponse | AIMessage:
@@ -305,7 +341,7 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             return handler(self._sending(request))
         plan = plan_compaction(request.messages, request.state.get(MEMORY_KEY), policy, door="agent_middleware",
                                mode=self.mode, extra_tokens=extra, offload=_target(policy, request.runtime),
-                               agent_request=previous)
+                               agent_request=previous, record=False)
         if not planned or plan.result.compacted:  # one event a call: before_model's, unless this one changed it
             report(plan.result, plan.event)
         return handler(self._sending(_with_messages(request, plan)))
@@ -322,7 +358,8 @@ class CompactionMiddleware(AgentMiddleware[CompactionAgentState, Any, Any]):
             return await handler(self._sending(request))
         plan = await aplan_compaction(request.messages, request.state.get(MEMORY_KEY), policy,
                                       door="agent_middleware", mode=self.mode, extra_tokens=extra,
-                                      offload=_target(policy, request.runtime), agent_request=previous)
+                                      offload=_target(policy, request.runtime), agent_request=previous,
+                                      record=False)
         if not planned or plan.result.compacted:
             await areport(plan.result, plan.event)
         return await handler(self._sending(_with_messages(request, plan)))

@@ -6,7 +6,8 @@
 1. `compact(..., offload=True)` decides (no I/O) and lists the originals to write (`result.offloads`).
 2. One `store.batch` of `GetOp`s looks them up in the thread's namespace (`lc_compaction.offload`): a record
    already there with the same sha256 is not written again (so the next call, or another worker, never writes
-   the same content twice); the others go in one `store.batch` of `PutOp`s (`index=False`: no embedding).
+   the same content twice); the others go in one `store.batch` of `PutOp`s (`index=False`: no embedding, unless
+   the store has a semantic index: `index_fields`).
 3. A tool result whose tool_call_id is already the key of another content in this thread (a server that numbers
    the calls of every turn from `call_0`, and the earlier `call_0` was offloaded when it left the history) gets
    its own key: compaction runs again with it in `offload_rekey`, so its note names "<tool_call_id>@<message id>"
@@ -31,7 +32,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
@@ -45,7 +46,7 @@ from lc_compaction._note import note_lines, without_note
 from lc_compaction.structure import fill_missing_ids
 from lc_compaction.tally import CountTally
 
-__all__ = ["OffloadTarget", "acompact_offloaded", "compact_offloaded", "graph_store", "offload_target",
+__all__ = ["OffloadTarget", "acompact_offloaded", "compact_offloaded", "graph_store", "index_fields", "offload_target",
            "write_offloads"]
 
 logger = logging.getLogger(__name__)
@@ -56,13 +57,22 @@ _MAX_RERUNS = 4
 
 @dataclass(frozen=True)
 class OffloadTarget:
-    """Where one call offloads: a store and the thread whose namespace it writes (`offload_namespace`)."""
+    """Where one call offloads: a store and the thread whose namespace it writes (`offload_namespace`), and the
+    number of the compaction the call's records are written under (`lc_compaction.history`; None: not said)."""
 
     store: BaseStore
     thread_id: str
+    compaction: int | None = None
 
     def namespace(self, kind: str = "tool_result") -> tuple[str, ...]:
         return offload_namespace(self.thread_id, kind)
+
+
+def index_fields(store: BaseStore) -> list[str] | Literal[False]:
+    """How a record is put in `store`: embedded on its "message" field (the message's JSON text) when the store
+    has a semantic index (`index=` config: `store.index_config`), so the search tool can ask it; else
+    `False` (no embedding)."""
+    return ["message"] if getattr(store, "index_config", None) else False
 
 
 def graph_store(config: Any) -> BaseStore | None:
@@ -116,6 +126,7 @@ class _Offloads:
         self.rekey: set[str] = set()  # ids of tool results whose tool_call_id another content holds in the store
         self.runs = 0
         self.run_policy = policy  # the policy of the next run (failed messages pinned)
+        self.index = index_fields(target.store)
 
     def todo(self, result: CompactionResult) -> list[OffloadRecord]:
         return [r for r in result.offloads if (r.kind, r.key) not in self.done]
@@ -127,7 +138,9 @@ class _Offloads:
         out = []
         for r, item in zip(todo, found, strict=True):
             if item is None:
-                out.append((r, PutOp(self.target.namespace(r.kind), r.key, r.value(), index=False)))
+                if r.compaction is None:
+                    r.compaction = self.target.compaction
+                out.append((r, PutOp(self.target.namespace(r.kind), r.key, r.value(), index=self.index)))
             elif isinstance(item.value, dict) and item.value.get("sha256") == r.sha256():
                 self.done.add((r.kind, r.key))
                 self.already += 1

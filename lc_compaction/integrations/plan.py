@@ -30,10 +30,13 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+from langgraph.store.base import PutOp
 
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
+from lc_compaction.history import next_numbers
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
+from lc_compaction.integrations.history import awrite_record, record_rewrite, write_record
 from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.integrations.writes import adopt_ids, by_id_writes
@@ -295,6 +298,24 @@ class _Planning:
         self.to_compact = self.to_compact[:cut]
         return counter.count_messages(self.tail)
 
+    def numbered(self, offload: OffloadTarget | None, record: bool
+                 ) -> tuple[OffloadTarget | None, tuple[int, int] | None]:
+        """`offload` with the number its records are written under, and (that number, the record the history is
+        at), in rewrite mode when the plan's writes are the stored history's (`record`); else `offload` as it
+        is and None."""
+        if offload is None or self.mode != "rewrite" or not record:
+            return offload, None
+        numbers = next_numbers(self.previous)
+        return dataclasses.replace(offload, compaction=numbers[0]), numbers
+
+    def record(self, plan: CompactionPlan, held: Sequence[BaseMessage] | None, thread_id: str,
+               numbers: tuple[int, int]) -> PutOp | None:
+        """The compaction record of `plan` (None when it writes nothing), its memory's history entry set
+        (`integrations.history.record_rewrite`)."""
+        before = held if held is not None else self.stored
+        return record_rewrite(plan.memory, self.previous, before, plan.messages_writes, plan.result, thread_id,
+                              *numbers)
+
     def finish(self, result: CompactionResult, policy: CompactionPolicy,
                held: Sequence[BaseMessage] | None) -> CompactionPlan:
         stored, mode = self.stored, self.mode
@@ -345,7 +366,8 @@ def _with_messages(result: CompactionResult, messages: list[BaseMessage], counte
 def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                     mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
                     held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
-                    agent_request: AgentRequest | None = None, hold_open_tail: bool = False) -> CompactionPlan:
+                    agent_request: AgentRequest | None = None, record: bool = True,
+                    hold_open_tail: bool = False) -> CompactionPlan:
     """Compact the stored history for one model call and say how to update the state. Used by both doors.
 
     Args:
@@ -366,6 +388,10 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
             `policy.offload` is on: the writes happen here, before the plan is returned. None: no offload.
         agent_request: the agent's latest model request as the door sent it, for a cache-sharing summary
             request (`compact(agent_request=...)`, `lc_compaction.agent_request`). None: the transcript prompt.
+        record: with `offload` in rewrite mode, whether the plan's writes are the stored history's (True, the
+            default): its originals are numbered and the compaction record is written to the store before the
+            plan is returned (`lc_compaction.history`, `integrations.history.record_rewrite`). False for a plan
+            of one model call alone (the middleware's `wrap_model_call`).
         hold_open_tail: in rewrite mode, keep an open tool block at the end of the stored history out of the
             compaction and its repair (`_Planning.hold_open_tail`): the LangGraph node, which may run in the same
             graph step as the tool node that answers it. False: such a block is repaired like any dangling call.
@@ -375,7 +401,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     not arrival edits alone, `compact.py`), "last": <event data of this call, without
     the door and the number of stored messages>, "tally": <CountTally.to_dict(): what was counted, so the next
     call counts only the new messages>, "view": <the model input as runs of the stored history and rewritten
-    messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode.
+    messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode;
+    with offload in rewrite mode, "history": `{"head": int, "last": int}` (`lc_compaction.history`).
 
     Raises:
         ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
@@ -389,24 +416,36 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     planning = _Planning(messages, memory, mode, door, key)
     extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    offload, numbers = planning.numbered(offload, record)
     result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                       agent_request=agent_request) if offload is None else
               compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair,
                                 agent_request=agent_request))
-    return planning.finish(result, policy, held)
+    plan = planning.finish(result, policy, held)
+    if offload is not None and numbers is not None:
+        put = planning.record(plan, held, offload.thread_id, numbers)
+        if put is not None:
+            write_record(offload.store, put, plan.memory, planning.previous)
+    return plan
 
 
 async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPolicy, *, door: Door,
                            mode: Mode = "rewrite", extra_tokens: int = 0, key: str = "messages",
                            held: Sequence[BaseMessage] | None = None, offload: OffloadTarget | None = None,
-                           agent_request: AgentRequest | None = None, hold_open_tail: bool = False
-                           ) -> CompactionPlan:
+                           agent_request: AgentRequest | None = None, record: bool = True,
+                           hold_open_tail: bool = False) -> CompactionPlan:
     """Async twin of `plan_compaction` (strategies run through `aapply`, so an LLM summarizer is awaited)."""
     planning = _Planning(messages, memory, mode, door, key)
     extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
+    offload, numbers = planning.numbered(offload, record)
     result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                              agent_request=agent_request) if offload is None
               else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally,
                                             repair=repair, agent_request=agent_request))
-    return planning.finish(result, policy, held)
+    plan = planning.finish(result, policy, held)
+    if offload is not None and numbers is not None:
+        put = planning.record(plan, held, offload.thread_id, numbers)
+        if put is not None:
+            await awrite_record(offload.store, put, plan.memory, planning.previous)
+    return plan

@@ -45,7 +45,7 @@ from langgraph.store.base import BaseStore, GetOp
 from lc_compaction._drive import adrive, drive
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction.dedup import is_deduplicated
-from lc_compaction.markers import MARK_KEY, is_shortened, is_truncated
+from lc_compaction.markers import MARK_KEY, RECALL_MESSAGE_TOOL_NAME, is_shortened, is_truncated
 from lc_compaction.offload import (
     DEFAULT_RECALL_CHARS,
     RECALL_TOOL_NAME,
@@ -55,8 +55,9 @@ from lc_compaction.offload import (
     utf8_prefix,
 )
 
-__all__ = ["DEFAULT_RECALL_CHARS", "aload_offloaded", "aread_recall", "deduplicated_source", "load_offloaded",
-           "read_recall", "recall_tool", "recall_tool_result"]
+__all__ = ["DEFAULT_RECALL_CHARS", "aload_offloaded", "aread_message", "aread_recall", "deduplicated_source",
+           "load_offloaded", "read_message", "read_recall", "recall_message", "recall_message_tool", "recall_tool",
+           "recall_tool_result", "runtime_thread"]
 
 _DESCRIPTION = (
     "Read back a tool result (or message) that was truncated, cut or offloaded to save context (its note says so). "
@@ -137,12 +138,13 @@ def _source_gets(thread_id: str, source: BaseMessage) -> list[GetOp]:
 
 
 def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length: int | None, max_chars: int,
-            same_as: str | None = None) -> tuple[str, dict[str, Any]]:
-    info: dict[str, Any] = {"tool_call_id": tool_call_id, "offset": offset, "end": offset, "total_chars": None,
+            same_as: str | None = None, tool: str = RECALL_TOOL_NAME) -> tuple[str, dict[str, Any]]:
+    handle = "tool_call_id" if tool == RECALL_TOOL_NAME else "message_id"
+    info: dict[str, Any] = {handle: tool_call_id, "offset": offset, "end": offset, "total_chars": None,
                             **({"same_as": same_as} if same_as is not None else {})}
     if value is None:
-        return (f"[{RECALL_TOOL_NAME}: no offloaded result with tool_call_id {tool_call_id!r} in this "
-                "conversation (not found)]", info)
+        what = "offloaded result" if tool == RECALL_TOOL_NAME else "kept message"
+        return (f"[{tool}: no {what} with {handle} {tool_call_id!r} in this conversation (not found)]", info)
     text = recall_text(record_message(value).content)
     info["total_chars"] = len(text)
     planned = value.get("recall_chars")
@@ -150,16 +152,16 @@ def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length
     if length is None:
         length = cap
     if offset < 0 or length <= 0:
-        return (f"[{RECALL_TOOL_NAME}: offset must be >= 0 and length > 0 (characters); got offset={offset}, "
+        return (f"[{tool}: offset must be >= 0 and length > 0 (characters); got offset={offset}, "
                 f"length={length}]", info)
     if offset >= len(text) and text:
-        return (f"[{RECALL_TOOL_NAME}: offset {offset:,} is past the end: the result has {len(text):,} "
-                "characters]", info)
+        what = "result" if tool == RECALL_TOOL_NAME else "message"
+        return f"[{tool}: offset {offset:,} is past the end: the {what} has {len(text):,} characters]", info
     part = utf8_prefix(text[offset:offset + min(length, cap)], cap)
     end = offset + len(part)
     info["end"] = end
     if end < len(text):
-        part += (f"\n[{RECALL_TOOL_NAME}: characters {offset:,}-{end:,} of {len(text):,} shown; call again with "
+        part += (f"\n[{tool}: characters {offset:,}-{end:,} of {len(text):,} shown; call again with "
                  f"offset={end} for more]")
     return part, info
 
@@ -204,7 +206,7 @@ def _read(thread_id: str, tool_call_id: str, offset: int, length: int | None, ma
                    max_chars, same_as=handle)
 
 
-def _thread(runtime: ToolRuntime) -> str | None:
+def runtime_thread(runtime: ToolRuntime) -> str | None:
     thread = ((runtime.config or {}).get("configurable") or {}).get("thread_id")
     return None if thread is None else str(thread)
 
@@ -228,13 +230,13 @@ def recall_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_TOO
 
     def recall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
                ) -> tuple[str, dict[str, Any]]:
-        return read_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars,
+        return read_recall(runtime.store, runtime_thread(runtime), tool_call_id, offset, length, max_chars=max_chars,
                            messages=_messages(runtime))
 
     async def arecall(tool_call_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
                       ) -> tuple[str, dict[str, Any]]:
-        return await aread_recall(runtime.store, _thread(runtime), tool_call_id, offset, length, max_chars=max_chars,
-                                  messages=_messages(runtime))
+        return await aread_recall(runtime.store, runtime_thread(runtime), tool_call_id, offset, length,
+                                  max_chars=max_chars, messages=_messages(runtime))
 
     return StructuredTool.from_function(func=recall, coroutine=arecall, name=name, description=_DESCRIPTION,
                                         response_format="content_and_artifact")
@@ -242,3 +244,73 @@ def recall_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_TOO
 
 recall_tool_result = recall_tool()
 """The recall tool, slices of at most `DEFAULT_RECALL_CHARS` characters (less where the window needs it)."""
+
+
+
+# ------------------------------------------------------------------------------------------ recall_message
+
+_MESSAGE_DESCRIPTION = (
+    "Read back a user or assistant message that was left out or summarized to save context, whole or in slices: "
+    "give the message_id exactly as a search_compacted_history hit names it; offset and length are in characters "
+    "(leave length out for the largest slice that fits). Only this conversation's messages can be read.")
+
+
+def read_message(store: BaseStore | None, thread_id: str | None, message_id: str, offset: int = 0,
+                 length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS) -> tuple[str, dict[str, Any]]:
+    """What `recall_message` answers, and its artifact `{"message_id", "offset", "end", "total_chars"}`
+    (characters): the slice of the message kept under `message_id` in `thread_id`'s "message" namespace, sized as
+    `read_recall` sizes its slices, or a one-line reason (not found, no store, no thread, bad offset). Never
+    raises for a missing record."""
+    if store is None or not thread_id:
+        return _no_store(store, message_id)
+    item = store.get(offload_namespace(thread_id, "message"), message_id)
+    return _answer(item.value if item is not None else None, message_id, offset, length, max_chars,
+                   tool=RECALL_MESSAGE_TOOL_NAME)
+
+
+async def aread_message(store: BaseStore | None, thread_id: str | None, message_id: str, offset: int = 0,
+                        length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS
+                        ) -> tuple[str, dict[str, Any]]:
+    """Async twin of `read_message`."""
+    if store is None or not thread_id:
+        return _no_store(store, message_id)
+    item = await store.aget(offload_namespace(thread_id, "message"), message_id)
+    return _answer(item.value if item is not None else None, message_id, offset, length, max_chars,
+                   tool=RECALL_MESSAGE_TOOL_NAME)
+
+
+def _no_store(store: BaseStore | None, message_id: str) -> tuple[str, dict[str, Any]]:
+    if store is None:
+        return (f"[{RECALL_MESSAGE_TOOL_NAME}: this agent has no store, so nothing was kept]",
+                {"message_id": message_id})
+    return (f"[{RECALL_MESSAGE_TOOL_NAME}: no thread id in this run's config, so nothing can be read back]",
+            {"message_id": message_id})
+
+
+def recall_message_tool(*, max_chars: int = DEFAULT_RECALL_CHARS, name: str = RECALL_MESSAGE_TOOL_NAME) -> BaseTool:
+    """Build the `recall_message` tool (sync and async): reads back a user or assistant message compaction took
+    out, by its message id, in slices of at most `max_chars` characters (and UTF-8 bytes), less when the record
+    says its window allows less (as `recall_tool`). Registered by `CompactionMiddleware(offload=True)`; with the
+    node, add it to the agent's tools.
+
+    Raises:
+        ValueError: `max_chars` is not a positive int.
+    """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars <= 0:
+        raise ValueError(f"max_chars: must be a positive int (characters), got {max_chars!r}")
+
+    def recall(message_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
+               ) -> tuple[str, dict[str, Any]]:
+        return read_message(runtime.store, runtime_thread(runtime), message_id, offset, length, max_chars=max_chars)
+
+    async def arecall(message_id: str, runtime: ToolRuntime, offset: int = 0, length: int | None = None
+                      ) -> tuple[str, dict[str, Any]]:
+        return await aread_message(runtime.store, runtime_thread(runtime), message_id, offset, length,
+                                   max_chars=max_chars)
+
+    return StructuredTool.from_function(func=recall, coroutine=arecall, name=name, description=_MESSAGE_DESCRIPTION,
+                                        response_format="content_and_artifact")
+
+
+recall_message = recall_message_tool()
+"""The `recall_message` tool, slices of at most `DEFAULT_RECALL_CHARS` characters (less where the window needs it)."""

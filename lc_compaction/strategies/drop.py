@@ -61,7 +61,7 @@ from lc_compaction._kinds import HUMAN, SYSTEM, TOOL, kind
 from lc_compaction._presence import Presence, presence
 from lc_compaction.dedup import same_as
 from lc_compaction.ladder import LadderState, SyncStrategy
-from lc_compaction.markers import DROPPED_TEXT, is_dropped_marker, make_dropped_marker, read_truncation_note
+from lc_compaction.markers import is_dropped_marker, make_dropped_marker, read_truncation_note
 from lc_compaction.progress import fold_steps, keep_progress
 from lc_compaction.facts import (
     FactGuard,
@@ -123,7 +123,8 @@ class DropOldExchanges(SyncStrategy):
                 indices = [i for s in group for i in s.indices]
                 if not all(is_dropped_marker(state.slots[i].message) for i in indices):  # a marker alone: put back
                     groups.append(indices)
-        marker = state.counter.count_message(make_dropped_marker(message_id="marker"))  # the least a marker costs
+        # the least a marker costs
+        marker = state.counter.count_message(make_dropped_marker(message_id="marker", hint=_hint(state)))
         k = saved = removed = 0
         while k < len(groups) and state.would_be_over_goal(saved - (marker if k else 0), removed - bool(k)):
             saved += sum(state.slots[i].tokens for i in groups[k])
@@ -162,7 +163,8 @@ class DropOldExchanges(SyncStrategy):
     def _over_goal_after(state: LadderState, plan: MarkerPlan) -> bool:
         """Whether the history would still be over the goal after `plan` (the runs to fold counted as removed)."""
         notes, replaced = plan.notes, plan.replaced
-        if not replaced and len(notes) <= 1 and all(m.content == DROPPED_TEXT for m in notes.values()):
+        bare = make_dropped_marker(hint=_hint(state)).content
+        if not replaced and len(notes) <= 1 and all(m.content == bare for m in notes.values()):
             return False  # one marker of the fixed text alone: the plan counted it
         count = state.counter.count_message
         gone = [*plan.remove, *(i for run in plan.fold for i in run)]
@@ -316,7 +318,7 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
     note) holds the tool-derived identifiers of its tool that its text contains (`facts.contains`): its text is
     read once, not extracted, so a large result kept whole costs what reading it costs."""
     if guard is None:
-        return make_dropped_marker(message_id=message_id)
+        return make_dropped_marker(message_id=message_id, hint=_hint(state))
     fact_guard, bound = guard
     identifiers = fact_guard.extract_messages(stands_for, memo=state.memo)
     if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
@@ -347,7 +349,13 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
         quoted = fact_guard.read_back("\n".join(parse_said(said)))
         identifiers = [i for i in identifiers if i.source is not None or i not in quoted]
     facts, _ = fact_guard.facts_line(identifiers, len, bound)
-    return make_dropped_marker(message_id=message_id, facts="\n".join(x for x in (said, facts) if x))
+    return make_dropped_marker(message_id=message_id, facts="\n".join(x for x in (said, facts) if x),
+                               hint=_hint(state))
+
+
+def _hint(state: LadderState) -> bool:
+    """Whether a marker carries `markers.SEARCH_HINT`: offload is on (what it stands for is kept and searchable)."""
+    return state.offload is not None
 
 
 def _identifiers_of(state: LadderState, guard: FactGuard, message: BaseMessage) -> list[Identifier]:

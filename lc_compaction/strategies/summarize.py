@@ -747,7 +747,8 @@ class Summarize:
         room: int | None = None  # what the goal leaves for the summary's text (tokens)
         if state.goal_tokens is not None and counter is state.counter:
             replaced_tokens = sum(slots[i].tokens for i in replaced)
-            overhead = state.counter.count_message(make_summary_message("", role=role))
+            overhead = state.counter.count_message(make_summary_message("", role=role,
+                                                                        hint=state.offload is not None))
             room = state.goal_tokens - (state.total() - replaced_tokens) - overhead
         facts_need = 0
         said_chars = guard.said_chars
@@ -795,7 +796,7 @@ class Summarize:
             kept = sum(1 for i in plan.identifiers if contains(text, i))
             added, omitted = 0, len(plan.identifiers) - kept
         message = make_summary_message(text, message_id=f"lc-compaction-summary-{uuid.uuid4().hex[:12]}",
-                                       role=plan.role)
+                                       role=plan.role, hint=state.offload is not None)
         replaced_tokens = sum(state.slots[i].tokens for i in plan.replaced)
         if state.counter.count_message(message) >= replaced_tokens:
             # a summary no smaller than what it replaces saves nothing: keep the messages themselves

@@ -36,7 +36,7 @@ from lc_compaction.markers import (
     MARK_KEY,
     NOTE_IDENTIFIERS,
     NOTE_PREVIEW,
-    RECALL_TOOL_NAME,
+    LOOKUP_TOOL_NAMES,
     TRUNCATION_PREFIX,
     is_shortened,
     is_truncated,
@@ -114,9 +114,9 @@ class TruncateToolResults(SyncStrategy):
         `recall` (the original's store key, offload on), it ends with how to get the original back
         (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
         progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
-        the recall instruction is no identifier of the result); but a recall answer's note (offload on) lists none:
-        they are the recalled original's, which the store keeps and the answer's call names. It depends only on
-        these: the same result gives the same note, remembered for the last `NOTE_CACHE` results read
+        the recall instruction is no identifier of the result); but a lookup answer's note (offload on: a recall
+        or a search, `markers.LOOKUP_TOOL_NAMES`) lists none: they are the originals', which the store keeps. It
+        depends only on these: the same result gives the same note, remembered for the last `NOTE_CACHE` results read
         (`NOTE_CACHE_CHARS` characters of them), so a history compacted again from its originals (the view mode of
         the front doors, a restarted worker) does not read them again."""
         if text is None:
@@ -140,8 +140,8 @@ class TruncateToolResults(SyncStrategy):
         shape = f" in {lines:,} lines" if lines > 1 else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
         failure = tool_failure(message, text)  # a failed call's note says so (its preview may not show it)
-        # a recall answer's identifiers are the recalled original's: the store holds them and the call names them
-        lookup = recall is not None and tool == RECALL_TOOL_NAME
+        # a lookup answer's identifiers are the looked-up originals': the store holds them and the call names them
+        lookup = recall is not None and tool in LOOKUP_TOOL_NAMES
         listed = "" if lookup else self._identifiers(text, gapless(shown), tool)
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "

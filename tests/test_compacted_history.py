@@ -1,0 +1,282 @@
+"""Issue 22: with offload on, every rewrite of the stored history is recorded, and can be undone.
+
+- Recording: every message that arrived and is no longer stored is in the thread's store byte-identical
+  (`offload.message_json`), written once (a store that counts its puts), with the position it had in the history
+  the compaction read and the number of that compaction; one compaction record per call whose node wrote the
+  messages, numbered 1, 2, ...
+- Undo through a compiled `StateGraph` with `CompactionNode` and through `create_agent` with
+  `CompactionMiddleware`, with turns after the compactions: `uncompact()` restores the history before the latest
+  compaction, `uncompact(1)` the one before the first, each equal to the original plus every later turn, message
+  for message; the next call compacts again (the history no longer fits) into a valid history. On InMemory and on
+  PostgreSQL (`backend`), and across two workers (two graphs, one Postgres store and checkpointer).
+- With offload on, the drop marker carries `markers.SEARCH_HINT` on its second line; reading facts back skips it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.memory import InMemoryStore
+
+from lc_compaction.history import CompactionRecord, record_key
+from lc_compaction.integrations import CompactionMiddleware, CompactionNode
+from lc_compaction.markers import (
+    SEARCH_HINT,
+    dropped_marker_facts,
+    is_dropped_marker,
+    make_dropped_marker,
+    make_summary_message,
+    summary_text,
+)
+from lc_compaction.offload import message_json, offload_namespace, record_message
+from lc_compaction.structure import check_invariants
+from tests.agent_replay import ReplayChatModel
+
+WINDOW = 1_500
+TURNS = 14
+
+
+def _user(k: int) -> HumanMessage:
+    lead = ("Correction: use the streaming pipeline, not the batch one. " if k == 1
+            else f"Question {k} about ORD-{k:04d}. ")
+    return HumanMessage(lead + "please " * 90, id=f"u{k}")
+
+
+def _reply(n: Any) -> AIMessage:
+    return AIMessage(f"Answer {n}: shipped. " + "ok " * 90, id=f"a{n}")
+
+
+class CountingStore(BaseStore):
+    """A real store (InMemory or Postgres) that counts the puts of each (namespace, key)."""
+
+    def __init__(self, inner: BaseStore) -> None:
+        self.inner = inner
+        self.puts: dict[tuple[tuple[str, ...], str], int] = {}
+
+    def _count(self, ops: Any) -> None:
+        for op in ops:
+            if isinstance(op, PutOp) and op.value is not None:
+                self.puts[(op.namespace, op.key)] = self.puts.get((op.namespace, op.key), 0) + 1
+
+    def batch(self, ops: Any) -> list[Any]:
+        ops = list(ops)
+        self._count(ops)
+        return self.inner.batch(ops)
+
+    async def abatch(self, ops: Any) -> list[Any]:
+        ops = list(ops)
+        self._count(ops)
+        return await self.inner.abatch(ops)
+
+
+def _graph(node: CompactionNode, store: BaseStore, saver: Any) -> Any:
+    """START -> compact -> model -> END; the model's reply id follows from the request's (the same on any worker)."""
+    def model(state: MessagesState) -> dict:
+        return {"messages": [_reply(state["messages"][-1].id)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("compact", node)
+    builder.add_node("model", model)
+    builder.add_edge(START, "compact")
+    builder.add_edge("compact", "model")
+    builder.add_edge("model", END)
+    return builder.compile(checkpointer=saver, store=store)
+
+
+def _node() -> CompactionNode:
+    return CompactionNode(max_input_tokens=WINDOW, offload=True)
+
+
+class Chat:
+    """Runs turns on one or more graphs sharing a thread; remembers every message that arrived, in order, and the
+    stored history each compaction read (`before[n]`: the history before compaction n)."""
+
+    def __init__(self, graphs: list[Any], thread: str = "t1") -> None:
+        self.graphs = graphs
+        self.config = {"configurable": {"thread_id": thread}}
+        self.arrived: list[BaseMessage] = []
+        self.before: dict[int, list[BaseMessage]] = {}
+
+    def state(self) -> dict:
+        return self.graphs[0].get_state(self.config).values
+
+    def head(self) -> int:
+        return ((self.state().get("compaction") or {}).get("history") or {}).get("head", 0)
+
+    def turn(self, k: int, worker: int = 0) -> None:
+        stored = list(self.state().get("messages") or [])
+        user = _user(k)
+        last = ((self.state().get("compaction") or {}).get("history") or {}).get("last", 0)
+        self.graphs[worker].invoke({"messages": [user]}, self.config)
+        after = self.state()
+        now = after["compaction"]["history"]["last"] if "history" in after["compaction"] else 0
+        if now > last:
+            self.before[now] = [*stored, user]
+        self.arrived += [user, after["messages"][-1]]
+
+
+def _run(chat: Chat, turns: int = TURNS, workers: int = 1) -> None:
+    for k in range(turns):
+        chat.turn(k, worker=k % workers)
+    assert len(chat.before) >= 2, "the chat compacted at least twice"
+
+
+def _check_undo(chat: Chat, undo: Any) -> None:
+    """Undo the latest compaction, then the first: each time the original plus every later turn; the next call
+    compacts the restored history again into a valid one."""
+    last = max(chat.before)
+    out = undo(chat.config, None)
+    assert out["undone"] == [last]
+    compacting = chat.before[last][-1].id  # the user turn whose call made the latest compaction
+    tail = chat.arrived[[m.id for m in chat.arrived].index(compacting) + 1:]
+    assert tail, "turns arrived after it"
+    assert chat.state()["messages"] == chat.before[last] + tail
+    out = undo(chat.config, 1)
+    assert out["undone"][-1] == 1 and out["head"] == 0
+    assert chat.state()["messages"] == chat.arrived, "the original plus every later turn, message for message"
+    with pytest.raises(ValueError, match="not in this thread"):
+        undo(chat.config, 1)
+    chat.turn(99)  # no longer fits: compacted again
+    stored = chat.state()["messages"]
+    check_invariants(stored)
+    assert len(stored) < len(chat.arrived)
+    assert chat.head() == max(chat.before), "a new record, numbered after every earlier one"
+
+
+def test_undo_through_a_compiled_graph_restores_the_original_plus_later_turns(backend: Any) -> None:
+    store, saver = backend
+    node = _node()
+    graph = _graph(node, store, saver)
+    chat = Chat([graph])
+    _run(chat)
+    _check_undo(chat, lambda config, n: node.uncompact(config, n, graph=graph))
+
+
+def test_async_undo_through_a_compiled_graph() -> None:
+    """`auncompact` (InMemory: the sync PostgresSaver has no async methods)."""
+    store, saver = InMemoryStore(), InMemorySaver()
+    node = _node()
+    graph = _graph(node, store, saver)
+    chat = Chat([graph], thread="async")
+    _run(chat)
+    out = asyncio.run(node.auncompact(chat.config, 1, graph=graph))
+    assert out["undone"][-1] == 1 and max(chat.before) in out["undone"]
+    assert chat.state()["messages"] == chat.arrived
+
+
+def test_undo_across_two_workers_on_postgres(postgres_backend: Any, postgres_uri: str) -> None:
+    """Two graphs (two workers) share one PostgresStore and one PostgresSaver; turns alternate between them; the
+    second undoes what the first compacted."""
+    import psycopg
+
+    store, saver = postgres_backend
+    with psycopg.connect(postgres_uri, autocommit=True) as conn:
+        for table in ("store", "checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+            conn.execute(f"DELETE FROM {table}")
+    nodes = [_node(), _node()]
+    graphs = [_graph(n, store, saver) for n in nodes]
+    chat = Chat(graphs, thread="fleet.1")
+    _run(chat, workers=2)
+    _check_undo(chat, lambda config, n: nodes[1].uncompact(config, n, graph=graphs[1]))
+
+
+def test_undo_through_create_agent_and_the_middleware(backend: Any) -> None:
+    store, saver = backend
+    replies = iter(_reply(n) for n in range(1_000))
+    model = ReplayChatModel(messages=replies, profile={"max_input_tokens": WINDOW})
+    middleware = CompactionMiddleware(max_input_tokens=WINDOW, offload=True)
+    agent = create_agent(model, [], middleware=[middleware], store=store, checkpointer=saver)
+    chat = Chat([agent], thread="agent")
+    _run(chat)
+    _check_undo(chat, lambda config, n: middleware.uncompact(config, n, graph=agent))
+
+
+# ------------------------------------------------------------------------------------------------ recording
+
+
+def test_every_removed_message_is_recorded_byte_identical_once(backend: Any) -> None:
+    inner, saver = backend
+    store = CountingStore(inner)
+    node = _node()
+    graph = _graph(node, store, saver)
+    chat = Chat([graph])
+    updates = []
+    for k in range(TURNS):
+        last = (chat.state().get("compaction") or {}).get("history", {}).get("last", 0) if k else 0
+        stored = list(chat.state().get("messages") or [])
+        user = _user(k)
+        for update in graph.stream({"messages": [user]}, chat.config, stream_mode="updates"):
+            if "compact" in update:
+                updates.append("messages" in (update["compact"] or {}))
+        state = chat.state()
+        if state["compaction"].get("history", {}).get("last", 0) > last:
+            chat.before[state["compaction"]["history"]["last"]] = [*stored, user]
+        chat.arrived += [user, state["messages"][-1]]
+    rewrites = sum(updates)
+    assert rewrites >= 2
+    head = chat.head()
+    assert head == rewrites == max(chat.before), "one compaction record per rewrite"
+    records = {n: CompactionRecord.from_value(inner.get(offload_namespace("t1", "compaction"), record_key(n)).value)
+               for n in range(1, head + 1)}
+    assert [r.previous for r in records.values()] == list(range(head))
+    stored_ids = {m.id for m in chat.state()["messages"]}
+    gone = [m for m in chat.arrived if m.id not in stored_ids]
+    assert gone
+    for m in gone:
+        item = inner.get(offload_namespace("t1", "message"), m.id)
+        assert item is not None, f"{m.id} was removed and not recorded"
+        assert item.value["message"] == message_json(m), "byte-identical"
+        assert record_message(item.value) == m
+        n = item.value["compaction"]
+        assert chat.before[n][item.value["position"]].id == m.id, "the position it had in the history compaction read"
+        assert {"id": m.id, "kind": "message", "key": m.id} in records[n].before
+    written = {k: v for k, v in store.puts.items() if k[0][-1] in ("message", "tool_result")}
+    assert written and set(written.values()) == {1}, "each original written once"
+
+
+def test_undo_needs_offload_and_something_to_undo() -> None:
+    graph = _graph(CompactionNode(max_input_tokens=WINDOW), InMemoryStore(), InMemorySaver())
+    with pytest.raises(ValueError, match="offload"):
+        CompactionNode(max_input_tokens=WINDOW).uncompact({"configurable": {"thread_id": "x"}}, graph=graph)
+    node = _node()
+    graph = _graph(node, InMemoryStore(), InMemorySaver())
+    config = {"configurable": {"thread_id": "x"}}
+    graph.invoke({"messages": [HumanMessage("hi", id="h")]}, config)
+    with pytest.raises(ValueError, match="no compaction to undo"):
+        node.uncompact(config, graph=graph)
+    with pytest.raises(ValueError, match="view mode"):
+        CompactionNode(max_input_tokens=WINDOW, offload=True, mode="view").uncompact(config, graph=graph)
+
+
+# ------------------------------------------------------------------------------------------------ the hint
+
+
+def test_the_drop_marker_names_the_search_with_offload_on_only(backend: Any) -> None:
+    store, saver = backend
+    graph = _graph(_node(), store, saver)
+    chat = Chat([graph])
+    _run(chat)
+    markers = [m for m in chat.state()["messages"] if is_dropped_marker(m)]
+    assert markers and all(m.text.split("\n")[1] == SEARCH_HINT for m in markers)
+    off = Chat([_graph(CompactionNode(max_input_tokens=WINDOW), InMemoryStore(), InMemorySaver())])
+    for k in range(TURNS):
+        off.turn(k)
+    assert not any(SEARCH_HINT in m.text for m in off.state()["messages"])
+
+
+def test_reading_facts_back_skips_the_hint() -> None:
+    marker = make_dropped_marker(message_id="m", facts="identifiers: ORD-0001", hint=True)
+    assert marker.text.count(SEARCH_HINT) == 1
+    assert dropped_marker_facts(marker) == "identifiers: ORD-0001"
+    assert dropped_marker_facts(make_dropped_marker(message_id="m", hint=True)) == ""
+    summary = make_summary_message("The user wants ORD-0001.", hint=True)
+    assert SEARCH_HINT in summary.text and summary_text(summary) == "The user wants ORD-0001."
+    assert make_summary_message("x").text == make_summary_message("x", hint=False).text
+    assert SEARCH_HINT not in make_dropped_marker(message_id="m").text
