@@ -190,7 +190,7 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any, search: boo
         search_compacted_history,
     )
     from lc_compaction.markers import LOOKUP_TOOL_NAMES, RECALL_MESSAGE_TOOL_NAME, SEARCH_TOOL_NAME
-    from lc_compaction.offload import RECALL_TOOL_NAME, is_offloaded, message_json, recall_text
+    from lc_compaction.offload import RECALL_TOOL_NAME, is_offloaded, message_json, message_text, recall_text
 
     lookups = [recall_tool_result, recall_message, search_compacted_history] if search else [recall_tool_result]
     node = CompactionNode(CompactionPolicy(max_input_tokens=WINDOW, offload=True, offload_above=OFFLOAD_ABOVE),
@@ -269,8 +269,9 @@ def _graph(convs: list[Conversation], checkpointer: Any, store: Any, search: boo
                     arg = "tool_call_id" if hit["kind"] == "tool_result" else "message_id"
                     return {"messages": log_out(lookup_call("srecall", anchor, target, {arg: hit["key"]}, tool))}
             elif done == "srecall":
-                log["checks"].append(("search_recall", slice_ok(last, recall_text(conv.by_id[target].content)),
-                                      target))
+                original = conv.by_id[target]
+                whole = recall_text(original.content) if isinstance(original, ToolMessage) else message_text(original)
+                log["checks"].append(("search_recall", slice_ok(last, whole), target))
         else:
             return {"messages": log_out(conv.reply_after[last.id].model_copy())}
         turn = next(k for k, t in enumerate(conv.turns) if t[0].id == anchor)
@@ -592,6 +593,7 @@ class FleetReport:
     compaction_records: int = 0
     undo_threads: int = 0
     undo_from_other_worker: int = 0
+    undo_to_first: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         def stats(xs: list[float]) -> dict[str, float]:
@@ -611,7 +613,8 @@ class FleetReport:
                 "cross_thread_found_nothing": self.cross_thread_found_nothing,
                 "search_recalls": self.search_recalls, "largest_search_answer_bytes": self.largest_answer_bytes,
                 "compaction_records": self.compaction_records, "undo_threads": self.undo_threads,
-                "undo_from_other_worker": self.undo_from_other_worker, "problems": self.problems}
+                "undo_from_other_worker": self.undo_from_other_worker, "undo_to_first": self.undo_to_first,
+                "problems": self.problems}
 
 
 def run_fleet(uri: str, *, workers: int = 4, threads: int = 25, max_turns: int | None = None,
@@ -701,7 +704,8 @@ def run_fleet(uri: str, *, workers: int = 4, threads: int = 25, max_turns: int |
                        search_recalls=sum(1 for c in checks if c[0] == "search_recall"),
                        largest_answer_bytes=max((s[1] for s in searches), default=0),
                        compaction_records=len(made), undo_threads=len(undos),
-                       undo_from_other_worker=sum(1 for u in undos if u["other"]))
+                       undo_from_other_worker=sum(1 for u in undos if u["other"]),
+                       undo_to_first=sum(1 for u in undos if u["to_first"]))
 
 
 def _undo_all(triggered: dict[int, list[int]], made: dict[tuple[int, int], int], workers: int, inboxes: list[Any],
@@ -726,7 +730,8 @@ def _undo_all(triggered: dict[int, list[int]], made: dict[tuple[int, int], int],
         if msg["error"]:
             problems.append(f"undo of thread {thread} on worker {msg['worker']}: {msg['error']}")
         problems += [f"{kind} check failed: {detail}" for kind, ok, detail in msg["checks"] if not ok]
-        out.append({"thread": thread, "worker": msg["worker"], "other": sent[thread][1]})
+        out.append({"thread": thread, "worker": msg["worker"], "other": sent[thread][1],
+                    "to_first": any(c[0] == "undo_all" for c in msg["checks"])})
     return out
 
 
@@ -750,6 +755,7 @@ def _verify(uri: str, run: str, convs: list[Conversation], outcomes: list[dict],
     from lc_compaction.offload import (
         DEFAULT_RECALL_CHARS,
         message_from_json,
+        message_text,
         offload_namespace,
         recall_text,
         record_message,
@@ -792,7 +798,7 @@ def _verify(uri: str, run: str, convs: list[Conversation], outcomes: list[dict],
                         if info["end"] >= info["total_chars"]:
                             break
                         offset = info["end"]
-                    if "".join(parts) != recall_text(m.content):
+                    if "".join(parts) != (recall_text(m.content) if kind == "tool_result" else message_text(m)):
                         problems.append(f"{thread}: recall of {kind} {item.key} is not the original")
             triggered[conv.thread] = _check_records(thread, store, history_entry(values.get("compaction")), keys,
                                                     problems)
