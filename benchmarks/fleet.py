@@ -1,7 +1,8 @@
 """A fleet of workers on one PostgreSQL checkpointer and store: offload and recall under load.
 
-    scripts/dev python benchmarks/fleet.py                    # 4 workers x 25 threads; writes benchmarks/FLEET.md
-    scripts/dev python benchmarks/fleet.py --workers 2 --threads 3 --turns 3 --output /tmp/F.md
+    scripts/dev python benchmarks/fleet.py                    # 4 workers x 25 threads, search off then on;
+                                                              # writes benchmarks/FLEET.md
+    scripts/dev python benchmarks/fleet.py --workers 2 --threads 3 --turns 3 --search on --output /tmp/F.md
 
 What runs:
 
@@ -19,13 +20,31 @@ What runs:
   recording, byte for byte: a non-empty first slice, whole or followed by the line naming the next offset; an
   answer identical to an earlier one arrives as a deduplication note, and the earlier answer it names is checked) and,
   at the second turn, recalls a `tool_call_id` of another thread (the answer must be "not found").
+- **Search** (`--search on`; `both`, the default, runs the fleet twice, off then on, and reports both): at every
+  even turn from the third on, the model first looks for the latest recorded message of an earlier turn of its
+  thread that compaction dropped (absent from its input, or a drop marker or summary in its place) and that has at
+  least 2 words no other recorded message of the thread uses; it calls `search_compacted_history` with up to 4 of
+  those words (limit 10), checks that a hit names that message, and reads it with the recall tool the hit names,
+  checking the answer against the recording (`recall_text`, or `message_text` for a user or assistant message)
+  as a recall is checked. At the second turn it also searches up to 4 words of another recorded conversation that
+  its own never uses (nor the lookup tools' own answers): the answer must have no hit.
+- **Undo** (after the checks, untimed): every thread with a compaction whose ladder ran is sent to a worker
+  process that made neither its latest such record nor its record 1, which undoes the latest, then back to before
+  record 1, and compares the history with the checkpointer's history of the thread and the recording, message
+  for message (`undo_check`).
 - **Checks after the run** (`FleetReport.problems`, empty when all hold): in every thread's final checkpoint no
   message id twice; every recorded message of the replayed turns is in the checkpoint as recorded, or is a note /
   preview there, or is gone, and in the last two cases its original is in the thread's store namespace,
   byte-identical, or it is a deduplication note there and the earlier result it names is in the checkpoint as
   recorded; every record in the store recalled slice by slice (`read_recall`) gives the original; every
-  recall the model made gave its own thread's content, and every cross-thread recall "not found".
-- **Figures**: turns per second (wall clock), and the compaction node's own time per model call, split into the
+  recall the model made gave its own thread's content, and every cross-thread recall "not found". The messages the
+  model made (its lookup calls) and the lookup answers are checked like the recorded ones (in the checkpoint as
+  made, or their original in the store); the "message" records are read back with `read_message`; the compaction
+  records are numbered 1 to the memory's last, well formed, and name only originals of their thread; every search
+  answer names only its thread's records (artifact hits and handles in its text) and is at most its bound (8,000
+  characters, or the largest slice the thread's records were planned with); the largest answer is reported.
+- **Figures**: turns per second (wall clock, the turns only, per run: search off and on), and the compaction
+  node's own time per model call, split into the
   first call of a turn (a worker that did not see the previous call: the tally is not in its memory) and the
   other calls (the same worker as the previous call); plus, on InMemoryStore and on PostgresStore, the cost of
   an offload write (one record: lookup and put) and of a recall (one slice of 8,000 characters).
@@ -943,42 +962,74 @@ def store_costs(uri: str | None, repeat: int = 200) -> dict[str, dict[str, float
 # ----------------------------------------------------------------------------------------------- the report
 
 
-def render(report: dict[str, Any], costs: dict[str, Any], machine: dict[str, Any], command: str) -> str:
-    f, o = report["first_call_of_turn_ms"], report["other_calls_ms"]
+def render(reports: dict[str, dict[str, Any]], costs: dict[str, Any], machine: dict[str, Any], command: str) -> str:
+    """FLEET.md: one column a run (`reports`: by "off" / "on", search off or on), side by side."""
+    runs = list(reports.items())
+    head = "| | " + " | ".join(f"search {k}" for k, _ in runs) + " |"
+    rule = "|---|" + "---|" * len(runs)
+
+    def row(label: str, get: Any) -> str:
+        return f"| {label} | " + " | ".join(str(get(r)) for _, r in runs) + " |"
+
+    def call(key: str, stat: str) -> Any:
+        return lambda r: r[key].get(stat)
+
+    problems = [p for _, r in runs for p in r["problems"]]
     lines = [
         "# Offload on a fleet: PostgreSQL checkpointer and store shared by worker processes",
         "",
         f"Generated by `{command}` (benchmarks/fleet.py; the method is in its docstring).",
         "",
         f"Machine: {machine['cpu']}, {machine['usable_cores']} usable cores, Python {machine['python']}, "
-        f"{machine['date']}; load average before: {machine.get('load_before')}, after: {machine.get('load_after')}.",
+        f"{machine['date']}; load average (1 minute) before: {machine.get('load_before')}, after: "
+        f"{machine.get('load_after')} (the machine is shared: other jobs ran meanwhile, so the throughput is a "
+        "lower bound and the two columns are comparable only roughly).",
         "",
-        "## The run",
+        "## The runs",
         "",
-        "| workers | threads | turns | model calls | seconds | turns / s | recalls | cross-thread recalls | "
-        "offloaded records | problems |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        f"| {report['workers']} | {report['workers'] * report['threads']} ({report['threads']} a worker) | "
-        f"{report['turns']} | {report['model_calls']} | {report['seconds']} | {report['turns_per_second']} | "
-        f"{report['recalls']} | {report['cross_thread_recalls']} | {report['offloaded_records']} | "
-        f"{len(report['problems'])} |",
+        "The same threads and turns, search off (the scripted model only recalls, as before issue 22) and on (it "
+        "also searches what compaction dropped, reads the hit back, and once searches another thread's words).",
+        "",
+        head, rule,
+        row("workers", lambda r: r["workers"]),
+        row("threads", lambda r: f"{r['workers'] * r['threads']} ({r['threads']} a worker)"),
+        row("turns", lambda r: r["turns"]),
+        row("model calls", lambda r: r["model_calls"]),
+        row("seconds (wall clock, the turns only)", lambda r: r["seconds"]),
+        row("**turns / s**", lambda r: f"**{r['turns_per_second']}**"),
+        row("recalls of an offloaded result", lambda r: r["recalls"]),
+        row("cross-thread recalls (all \"not found\")", lambda r: r["cross_thread_recalls"]),
+        row("searches of its own dropped messages / found / read back byte-identical",
+            lambda r: f"{r['searches']} / {r['searches_found']} / {r['search_recalls']}"),
+        row("searches of another thread's words / found nothing",
+            lambda r: f"{r['cross_thread_searches']} / {r['cross_thread_found_nothing']}"),
+        row("largest search answer (UTF-8 bytes)", lambda r: r["largest_search_answer_bytes"]),
+        row("offload records (all recalled byte-identical)", lambda r: r["offloaded_records"]),
+        row("compaction records", lambda r: r["compaction_records"]),
+        row("threads undone by another worker process (made neither) / back to before record 1",
+            lambda r: f"{r['undo_threads']} ({r['undo_from_other_worker']}) / {r['undo_to_first']}"),
+        row("problems", lambda r: len(r["problems"])),
         "",
         "Compaction per model call (the `CompactionNode` call, offload writes to PostgreSQL included), ms of wall "
         "time inside a worker that runs up to its threads' turns at once (so waits for the GIL and the connection "
-        "pool are in it). The single-process figures (steady state, first call of a run from a checkpoint) are in "
-        "[RESULTS.md](RESULTS.md).",
+        "pool are in it): median / p95 / max. The single-process figures (steady state, first call of a run from a "
+        "checkpoint) are in [RESULTS.md](RESULTS.md).",
         "",
-        "| model call | calls | median | p95 | max |",
-        "|---|---|---|---|---|",
-        f"| first of a turn: a worker that did not see the previous call | {f.get('n')} | {f.get('median')} | "
-        f"{f.get('p95')} | {f.get('max')} |",
-        f"| later in the turn: the same worker as the previous call | {o.get('n')} | {o.get('median')} | "
-        f"{o.get('p95')} | {o.get('max')} |",
+        head, rule,
+        row("first of a turn (a worker that did not see the previous call)",
+            lambda r: f"{call('first_call_of_turn_ms', 'median')(r)} / {call('first_call_of_turn_ms', 'p95')(r)} / "
+                      f"{call('first_call_of_turn_ms', 'max')(r)} ({call('first_call_of_turn_ms', 'n')(r)} calls)"),
+        row("later in the turn (the same worker as the previous call)",
+            lambda r: f"{call('other_calls_ms', 'median')(r)} / {call('other_calls_ms', 'p95')(r)} / "
+                      f"{call('other_calls_ms', 'max')(r)} ({call('other_calls_ms', 'n')(r)} calls)"),
         "",
-        f"Window {WINDOW:,} tokens, `offload_above` {OFFLOAD_ABOVE:,} tokens, rewrite mode. Every thread's checkpoint "
-        "and store namespace were checked after the run: no lost or duplicated message, no cross-thread recall, "
-        "every offloaded result recalled byte-identical"
-        + (" (all held)." if not report["problems"] else f"; problems: {report['problems'][:5]}"),
+        f"Window {WINDOW:,} tokens, `offload_above` {OFFLOAD_ABOVE:,} tokens, rewrite mode. After each run every "
+        "thread's checkpoint and store namespaces were checked: no lost or duplicated message (the lookup calls and "
+        "answers included), every offload record recalled byte-identical, every compaction record well formed and "
+        "naming records of its thread, every search answer naming only its thread's records and within its bound; "
+        "then each thread that compacted was undone by another worker process and compared message for message "
+        "with the checkpointer's history and the recording (`undo_check`; not in the timed part)"
+        + (" (all held)." if not problems else f"; problems: {problems[:5]}"),
         "",
         "## Offload write and recall",
         "",
@@ -1001,12 +1052,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=25, help="threads a worker (conversation threads)")
     parser.add_argument("--turns", type=int, default=None, help="user turns a thread at most (default: all)")
+    parser.add_argument("--search", choices=("both", "on", "off"), default="both",
+                        help="the scripted model searches (on), or not (off), or one run of each (both)")
     parser.add_argument("--uri", default=None, help="a PostgreSQL server (default: start one with scripts/postgres)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "FLEET.md"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     machine = machine_info()
-    machine["load_before"] = os.getloadavg()[0]
+    machine["load_before"] = round(os.getloadavg()[0], 2)
+    modes = ["off", "on"] if args.search == "both" else [args.search]
     with tempfile.TemporaryDirectory() as tmp:
         started = args.uri is None
         uri = args.uri
@@ -1015,21 +1069,24 @@ def main(argv: list[str] | None = None) -> int:
                                  capture_output=True, text=True).stdout
             uri = dict(p.split("=", 1) for p in out.split())["URI"]
         try:
-            report = run_fleet(uri, workers=args.workers, threads=args.threads, max_turns=args.turns).to_dict()
+            reports = {mode: run_fleet(uri, workers=args.workers, threads=args.threads, max_turns=args.turns,
+                                       search=mode == "on").to_dict() for mode in modes}
             costs = store_costs(uri)
         finally:
             if started:
                 subprocess.run([str(ROOT / "scripts" / "postgres"), "stop", tmp], check=True)
-    machine["load_after"] = os.getloadavg()[0]
+    machine["load_after"] = round(os.getloadavg()[0], 2)
     given = argv if argv is not None else sys.argv[1:]
     command = "scripts/dev python benchmarks/fleet.py" + ("" if not given else " " + " ".join(given))
-    Path(args.output).write_text(render(report, costs, machine, command), encoding="utf-8")
+    Path(args.output).write_text(render(reports, costs, machine, command), encoding="utf-8")
     if args.json:
-        Path(args.json).write_text(json.dumps({"fleet": report, "store_costs": costs, "machine": machine}, indent=1))
-    print(json.dumps({k: v for k, v in report.items() if k != "problems"} | {"problems": len(report["problems"])}))
-    for p in report["problems"][:20]:
+        Path(args.json).write_text(json.dumps({"fleet": reports, "store_costs": costs, "machine": machine}, indent=1))
+    problems = [p for r in reports.values() for p in r["problems"]]
+    for mode, r in reports.items():
+        print(mode, json.dumps({k: v for k, v in r.items() if k != "problems"} | {"problems": len(r["problems"])}))
+    for p in problems[:20]:
         print("PROBLEM:", p, file=sys.stderr)
-    return 1 if report["problems"] else 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
