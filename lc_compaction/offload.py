@@ -91,6 +91,7 @@ __all__ = [
     "OffloadKeys",
     "OffloadRecord",
     "is_compaction_text",
+    "message_text",
     "is_offloaded",
     "call_text",
     "large_arrivals",
@@ -199,6 +200,16 @@ def recall_text(content: Any) -> str:
     """The text `recall_tool_result` slices (characters): a string content itself, else the JSON text of the
     content blocks (non-ASCII characters kept as they are)."""
     return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text `recall_message` slices (characters): `recall_text` of the content, then, for an assistant message
+    with tool calls, one line a call, `name(arguments as JSON)` whole (the search finds such a message by its calls,
+    `search.document`: reading it back must show them, even when its content is empty)."""
+    text = recall_text(message.content)
+    calls = message.tool_calls if isinstance(message, AIMessage) else []
+    lines = [f"{c['name']}({json.dumps(c.get('args'), ensure_ascii=False, sort_keys=True)})" for c in calls]
+    return "\n".join([text, *lines] if text else lines)
 
 
 def recall_hint(key: str, what: str = "result") -> str:

@@ -194,3 +194,25 @@ def test_lookup_answers_are_never_offloaded_nor_deduplicated() -> None:
     assert large_arrivals(history, 0, counts, 5_000, lambda m: False) == set()
     result = compact(history, CompactionPolicy(max_input_tokens=200_000))
     assert not [a for a in result.actions if a.kind in ("deduplicated", "offloaded")]
+
+
+def test_an_assistant_tool_call_found_by_search_reads_back_with_its_calls() -> None:
+    """An assistant message whose substance is a tool call (empty content): the search finds it by the call's
+    arguments and names `recall_message`; reading it back shows the call whole, not an empty text (found by the
+    fleet benchmark with search on, `benchmarks/fleet.py`)."""
+    from lc_compaction.integrations.recall import read_message
+
+    store = InMemoryStore()
+    thought = "The gift card balance does not cover the total; suggest a second payment method."
+    call = AIMessage("", id="a7", tool_calls=[{"name": "think", "args": {"thought": thought}, "id": "c7"}])
+    write_offloads([OffloadRecord(call, "removed")], OffloadTarget(store, "t"))
+    _, found = search_history(store, "t", "gift card balance suggest")
+    assert [h["message_id"] for h in found["hits"]] == ["a7"]
+    text, info = read_message(store, "t", found["hits"][0]["key"])
+    assert text == 'think({"thought": "' + thought + '"})' and info["end"] == info["total_chars"] == len(text)
+    said = AIMessage("Let me check.", id="a8", tool_calls=[{"name": "get", "args": {"id": "R1"}, "id": "c8"}])
+    write_offloads([OffloadRecord(said, "removed")], OffloadTarget(store, "t"))
+    assert read_message(store, "t", "a8")[0] == 'Let me check.\nget({"id": "R1"})'
+    human = HumanMessage("plain words", id="u9")
+    write_offloads([OffloadRecord(human, "removed")], OffloadTarget(store, "t"))
+    assert read_message(store, "t", "u9")[0] == "plain words", "other messages: their content, as before"

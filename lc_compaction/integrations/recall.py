@@ -49,6 +49,7 @@ from lc_compaction.markers import MARK_KEY, RECALL_MESSAGE_TOOL_NAME, is_shorten
 from lc_compaction.offload import (
     DEFAULT_RECALL_CHARS,
     RECALL_TOOL_NAME,
+    message_text,
     offload_namespace,
     recall_text,
     record_message,
@@ -145,7 +146,8 @@ def _answer(value: dict[str, Any] | None, tool_call_id: str, offset: int, length
     if value is None:
         what = "offloaded result" if tool == RECALL_TOOL_NAME else "kept message"
         return (f"[{tool}: no {what} with {handle} {tool_call_id!r} in this conversation (not found)]", info)
-    text = recall_text(record_message(value).content)
+    message = record_message(value)
+    text = recall_text(message.content) if tool == RECALL_TOOL_NAME else message_text(message)
     info["total_chars"] = len(text)
     planned = value.get("recall_chars")
     cap = min(max_chars, planned) if isinstance(planned, int) and planned > 0 else max_chars
@@ -259,7 +261,8 @@ def read_message(store: BaseStore | None, thread_id: str | None, message_id: str
                  length: int | None = None, *, max_chars: int = DEFAULT_RECALL_CHARS) -> tuple[str, dict[str, Any]]:
     """What `recall_message` answers, and its artifact `{"message_id", "offset", "end", "total_chars"}`
     (characters): the slice of the message kept under `message_id` in `thread_id`'s "message" namespace, sized as
-    `read_recall` sizes its slices, or a one-line reason (not found, no store, no thread, bad offset). Never
+    `read_recall` sizes its slices (its text: `offload.message_text`, an assistant message's tool calls
+    included), or a one-line reason (not found, no store, no thread, bad offset). Never
     raises for a missing record."""
     if store is None or not thread_id:
         return _no_store(store, message_id)
