@@ -268,8 +268,11 @@ class _Compaction:
                                        policy.is_pinned_by_caller) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
-        self.broken = bool(check_invariants(self.original, self.tallied)) or notes_out_of_place(
-            self.original, self.tallied)
+        self.violations = check_invariants(self.original, self.tallied)
+        """What the check of the messages new since the tally found (`check_invariants(messages, start)`): the whole
+        input is valid exactly when it found nothing (`prepare` checks it again only when it found something, to
+        name each violation exactly, or when a system message was converted)."""
+        self.broken = bool(self.violations) or notes_out_of_place(self.original, self.tallied)
         """The messages new since the tally (all of them without one) break a rule, or a system note sent as a user
         message stands where a step that cannot follow it comes next (`structure.notes_out_of_place`): the input is
         checked and repaired (or raises, without a repair decision) or its note placed, under the trigger too,
@@ -343,7 +346,7 @@ class _Compaction:
 
     def prepare(self) -> None:
         msgs, self.repairs = normalize_system_messages(self.original)
-        violations = check_invariants(msgs)
+        violations = check_invariants(msgs) if msgs is not self.original or self.violations else []
         if violations:
             if not self.repair:
                 raise InvalidHistoryError(violations)

@@ -1059,9 +1059,10 @@ def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
     reused by another turn), under `id(result)`; and under each tool-call id the name of its latest call, for a
     result outside a tool block. Read it with `tool_of`."""
     msgs = list(messages)
-    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for m in msgs for c in tool_calls_of(m)}
+    calls = {i: found for i, m in enumerate(msgs) if (found := tool_calls_of(m))}  # each message's calls, read once
+    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for made in calls.values() for c in made}
     for t, (a, tcid) in tool_pairs(msgs).items():
-        out[id(msgs[t])] = next((c.get("name") for c in tool_calls_of(msgs[a]) if c.get("id") == tcid), None) or "tool"
+        out[id(msgs[t])] = next((c.get("name") for c in calls[a] if c.get("id") == tcid), None) or "tool"
     return out
 
 

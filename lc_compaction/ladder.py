@@ -186,9 +186,10 @@ class LadderState:
         `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
         self._notes = set(targets)  # the deduplication notes among the slots' messages, by id() (a superset)
-        self._note_at: tuple[int, list[int]] | None = None
-        """(`_shape`, the sorted indices of the slots that may hold a note): kept while no structural change
-        moves the slots, so that a replace whose message notes point at does not scan the history."""
+        self._note_at: tuple[int, dict[str, list[int]]] | None = None
+        """(`_shape`, for each id notes point at, the sorted indices of the slots that may hold a note pointing at
+        it: a superset): kept while no structural change moves the slots, so that a replace whose message notes
+        point at reads only those notes, not the history's."""
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -321,7 +322,7 @@ class LadderState:
             self.pointed_at.add(target)
             self._notes.add(id(message))
             if self._note_at is not None and self._note_at[0] == self._shape:
-                at = self._note_at[1]
+                at = self._note_at[1].setdefault(target, [])
                 k = bisect.bisect_left(at, i)
                 if k == len(at) or at[k] != i:
                     at.insert(k, i)
@@ -449,8 +450,15 @@ class LadderState:
             return 0
         before = self._total
         if self._note_at is None or self._note_at[0] != self._shape:
-            self._note_at = (self._shape, [i for i, s in enumerate(self.slots) if id(s.message) in self._notes])
-        notes = [(i, self.slots[i].message) for i in self._note_at[1] if id(self.slots[i].message) in self._notes]
+            by_target: dict[str, list[int]] = {}
+            for i, s in enumerate(self.slots):
+                if id(s.message) in self._notes and (target := same_as(s.message)) is not None:
+                    by_target.setdefault(target, []).append(i)
+            self._note_at = (self._shape, by_target)
+        at = self._note_at[1]
+        # the notes that may point at a message that left, in order: `restorations` reads no other
+        indices = sorted({i for m in gone if m.id in self.pointed_at for i in at.get(m.id, ())})
+        notes = [(i, self.slots[i].message) for i in indices if id(self.slots[i].message) in self._notes]
         for i, message, detail in restorations(notes, gone, self.pointed_at):
             self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
         return self._total - before
