@@ -19,6 +19,7 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._content import starts_with_thinking
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
+from lc_compaction._kinds import kind as kind_of  # `replace` has a parameter named kind
 from lc_compaction.dedup import DEDUP_STRATEGY, referenced, restorations, same_as
 from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.structure import (
@@ -309,7 +310,8 @@ class LadderState:
         already has it. `record_gone`: False only for those restorations themselves."""
         old = self.slots[i]
         if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
-                != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
+                != getattr(old.message, "tool_call_id", None)
+                or (kind_of(message) == AI and call_ids(message) != call_ids(old.message))):  # only an AI message calls
             raise CompactionInvariantError(
                 f"{strategy} replaced message {i} with one of another type or other tool-call ids")
         if tokens is None:
