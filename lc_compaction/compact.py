@@ -84,7 +84,7 @@ from lc_compaction.structure import (
 )
 from lc_compaction.shorten import last_resort
 from lc_compaction.strategies.drop import leave_out_marker
-from lc_compaction.tokens import MessageCounter, StructuredCounter
+from lc_compaction.tokens import MessageCounter, StructuredCounter, counted_alike
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
 
 logger = logging.getLogger(__name__)
@@ -301,8 +301,7 @@ class _Compaction:
             return {}
         msgs = self.original
         return {i: prefix[j] for i, j in self.repeats.items()
-                if j < len(prefix) and type(msgs[i]) is type(msgs[j]) and msgs[i].name == msgs[j].name
-                and isinstance(msgs[i].content, str) and msgs[i].content == msgs[j].content}
+                if j < len(prefix) and counted_alike(self.counter, msgs[i], msgs[j])}
 
     def arrival_edits_only(self) -> CompactionResult:
         """Under the trigger with repeated results only (no offload previews): each repeat becomes its note

@@ -246,7 +246,18 @@ from the SWE-agent conversations of the shared traces)."""
 _TRAILING = ".,;:!?)]}'\"»”’"
 
 def _has(*literals: str) -> Callable[[str], bool]:
-    return lambda text: any(x in text for x in literals)
+    """Whether a text holds one of `literals` (a plain loop: `any` over a generator costs more than the `in` tests of
+    a short text it runs on every chunk read)."""
+    if len(literals) == 1:
+        literal = literals[0]
+        return lambda text: literal in text
+
+    def test(text: str) -> bool:
+        for x in literals:
+            if x in text:
+                return True
+        return False
+    return test
 
 
 def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:

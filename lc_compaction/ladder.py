@@ -36,7 +36,7 @@ from lc_compaction.structure import (
     turn_before,
     turn_from,
 )
-from lc_compaction.tokens import TokenCounter
+from lc_compaction.tokens import TokenCounter, counted_alike
 
 
 class RecallKeys(Protocol):
@@ -330,7 +330,7 @@ class LadderState:
                     at.insert(k, i)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
-            saved -= self._restore([old.message])
+            saved -= self._restore([old.message], [old.tokens])
         return saved
 
     def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
@@ -352,6 +352,7 @@ class LadderState:
         added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
         saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         gone = [self.slots[i].message for i in sorted(drop)]
+        gone_tokens = [self.slots[i].tokens for i in sorted(drop)]
         # a marker put back under the id of one it replaces (`drop.leave_markers`) is rewritten, not removed
         kept_ids = {m.id for m in notes.values() if m.id}
         self.removed.extend(m for m in gone if m.id not in kept_ids)
@@ -360,7 +361,7 @@ class LadderState:
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
     def summary_runs(self, indices: Sequence[int]) -> list[SummaryRun]:
         """The runs of consecutive messages among `indices` (the messages a summary would replace), in order,
@@ -406,11 +407,12 @@ class LadderState:
             if i not in keep:
                 new.append(s)
         gone = [self.slots[i].message for i in drop]
+        gone_tokens = [self.slots[i].tokens for i in drop]
         self.slots = new
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "summarized", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
     def fold(self, indices: Sequence[int], replaced: dict[int, BaseMessage], tokens: dict[int, int], *,
              strategy: str, detail: str = "") -> int:
@@ -438,16 +440,19 @@ class LadderState:
             self.slots[i] = Slot(message, tokens[i], slot.pinned, slot.kept)
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         gone = [self.slots[i].message for i in sorted(drop)]
+        gone_tokens = [self.slots[i].tokens for i in sorted(drop)]
         self.removed.extend(gone)
         self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "folded", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
-    def _restore(self, gone: Sequence[BaseMessage]) -> int:
-        """Apply `dedup.restorations` for messages that left (each a "restored" action of `DEDUP_STRATEGY`); the
-        tokens it added back."""
+    def _restore(self, gone: Sequence[BaseMessage], gone_tokens: Sequence[int]) -> int:
+        """Apply `dedup.restorations` for messages that left (`gone_tokens`: their counts, tokens; each restoration a
+        "restored" action of `DEDUP_STRATEGY`); the tokens it added back. A note given back the content of a message
+        that left costs what that message cost when the counter counts them alike (`tokens.counted_alike`): it is
+        not counted again."""
         if not any(m.id in self.pointed_at for m in gone):  # O(len(gone)): nothing points at them
             return 0
         before = self._total
@@ -461,8 +466,12 @@ class LadderState:
         # the notes that may point at a message that left, in order: `restorations` reads no other
         indices = sorted({i for m in gone if m.id in self.pointed_at for i in at.get(m.id, ())})
         notes = [(i, self.slots[i].message) for i in indices if id(self.slots[i].message) in self._notes]
+        counted = {id(m.content): (m, t) for m, t in zip(gone, gone_tokens)}
         for i, message, detail in restorations(notes, gone, self.pointed_at):
-            self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
+            source = counted.get(id(message.content))
+            tokens = source[1] if source is not None and counted_alike(self.counter, message, source[0]) else None
+            self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail,
+                         tokens=tokens)
         return self._total - before
 
     def check(self, after: str) -> None:
