@@ -285,6 +285,22 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
 """A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
 
+_HEX_AS_CLASSES = bytes.maketrans(b"0123456789abcdef", b"0000000000aaaaaa")
+"""Each ASCII digit made 0 and each letter a-f made a (every other byte stays itself, never one of those two)."""
+
+
+def _hex_pair(text: str) -> bool:
+    """Whether an ASCII digit stands next to a letter a-f in `text` (what a hexadecimal match holds: its run has a
+    digit and a letter of `[0-9a-f]`): in the UTF-8 bytes with digits made 0 and a-f made a, `0a` or `a0` (a
+    translation and two substring searches: C speed, where `_HEX_PAIR` tries every letter a-f); by `_HEX_PAIR`
+    itself (which takes any Unicode digit too: never False where this is True) for a text with a lone surrogate."""
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:
+        return _HEX_PAIR.search(text) is not None
+    classes = raw.translate(_HEX_AS_CLASSES)
+    return b"0a" in classes or b"a0" in classes
+
 _PAIR_VALUE = r"(?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2}"
 """The start of a keyed pair's value (`DEFAULT_PATTERNS["keyed_pair"]`): a digit or a capital letter ahead, two
 characters of the value."""
@@ -317,7 +333,7 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
     "slug": _then(_has("_", "-"), r"[_\d-](?:(?<=[A-Za-z0-9][_-])[A-Za-z0-9]{0,39}\d"
                                   r"|(?<=\d)[A-Za-z0-9]{0,40}[_-](?<=[A-Za-z0-9][_-]))"),
-    "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
+    "hex": lambda text: "0x" in text or _hex_pair(text),
 }
 """For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
 without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows
@@ -330,8 +346,9 @@ then its key's word before them (`ref` for `reference` and `refund`), a named id
 hex digit (`h::`, `::h`: a shortened one) or its eight groups, an IPv4 address `d.ddd.d`, a digest its algorithm's
 name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a dotted name a
 word character, a dot and a letter, a slug a digit in one of its parts (after the `_` or `-` before it, or before the
-one after it), long hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at
-C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition, read faster;
+one after it), long hexadecimal `0x` or an ASCII digit next to a letter a-f (`_hex_pair`). Each test is a literal
+(`in`, at C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition,
+read faster;
 each expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked
 after it by a lookbehind. Used only while the pattern is the built-in one."""
 
