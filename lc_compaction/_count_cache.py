@@ -62,9 +62,9 @@ def _snapshot(value: Any) -> Any:
 class _MessageCache:
     """A bounded, thread-safe LRU of per-message counts, validated on every hit.
 
-    Key: ``(role, name, "id", message.id, len(content))`` when the message has an id (the length keeps an original and
-    its truncated version apart); for a string-content message without one,
-    ``(role, name, "text", content)`` (no tool calls) or ``(role, name, "calls", content, tool call ids)``, so
+    Key: ``(role, name, "id", message.id, content)`` when the message has an id (a block list's length instead of
+    the content: either keeps an original and its truncated version apart); for a string-content message without
+    one, ``(role, name, "text", content)`` (no tool calls) or ``(role, name, "calls", content, tool call ids)``, so
     messages re-created from the same data (e.g. converted again from OpenAI dicts) still hit; otherwise
     ``(role, name, "obj", id(message))``.  The key only
     decides where to look: a hit is used only if the stored content, tool calls and invalid tool calls equal the
@@ -97,9 +97,11 @@ class _MessageCache:
         name = message.name
         content, tool_calls, invalid = parts
         if message.id:
-            # the content's length tells apart versions of one message (an original tool result and its
-            # truncated note share an id): both stay cached, so compacting again does not re-tokenize.
-            size = len(content) if isinstance(content, (str, list)) else -1
+            # the content tells apart versions of one message (an original tool result and its truncated note share
+            # an id; two notes of one length may point at other results): each stays cached, so compacting again
+            # does not re-tokenize. A string is the key itself (its hash is computed once per string object, and
+            # the entry holds it anyway), a block list by its length.
+            size = content if isinstance(content, str) else len(content) if isinstance(content, list) else -1
             return (role, name, "id", message.id, size)
         if isinstance(content, str):
             if tool_calls is None and invalid is None:

@@ -84,7 +84,7 @@ from lc_compaction.structure import (
 )
 from lc_compaction.shorten import last_resort
 from lc_compaction.strategies.drop import leave_out_marker
-from lc_compaction.tokens import MessageCounter, StructuredCounter
+from lc_compaction.tokens import MessageCounter, StructuredCounter, counted_alike
 from lc_compaction.tally import CountTally, count_with_tally, forget, prefix_counts, prefix_memo, tally_prefix
 
 logger = logging.getLogger(__name__)
@@ -268,8 +268,11 @@ class _Compaction:
                                        policy.is_pinned_by_caller) if offload else set()
         self.duplicates = bool(self.repeats)
         self.ladder_ran = self.triggered
-        self.broken = bool(check_invariants(self.original, self.tallied)) or notes_out_of_place(
-            self.original, self.tallied)
+        self.violations = check_invariants(self.original, self.tallied)
+        """What the check of the messages new since the tally found (`check_invariants(messages, start)`): the whole
+        input is valid exactly when it found nothing (`prepare` checks it again only when it found something, to
+        name each violation exactly, or when a system message was converted)."""
+        self.broken = bool(self.violations) or notes_out_of_place(self.original, self.tallied)
         """The messages new since the tally (all of them without one) break a rule, or a system note sent as a user
         message stands where a step that cannot follow it comes next (`structure.notes_out_of_place`): the input is
         checked and repaired (or raises, without a repair decision) or its note placed, under the trigger too,
@@ -298,8 +301,7 @@ class _Compaction:
             return {}
         msgs = self.original
         return {i: prefix[j] for i, j in self.repeats.items()
-                if j < len(prefix) and type(msgs[i]) is type(msgs[j]) and msgs[i].name == msgs[j].name
-                and isinstance(msgs[i].content, str) and msgs[i].content == msgs[j].content}
+                if j < len(prefix) and counted_alike(self.counter, msgs[i], msgs[j])}
 
     def arrival_edits_only(self) -> CompactionResult:
         """Under the trigger with repeated results only (no offload previews): each repeat becomes its note
@@ -343,7 +345,7 @@ class _Compaction:
 
     def prepare(self) -> None:
         msgs, self.repairs = normalize_system_messages(self.original)
-        violations = check_invariants(msgs)
+        violations = check_invariants(msgs) if msgs is not self.original or self.violations else []
         if violations:
             if not self.repair:
                 raise InvalidHistoryError(violations)

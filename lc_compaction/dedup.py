@@ -91,17 +91,27 @@ class _Copies:
         """Index `messages[self.n:upto]`."""
         for i in range(self.n, upto):
             m = messages[i]
-            if kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES:
-                continue
-            if is_shortened(m):
-                sha = m.response_metadata[MARK_KEY].get("sha256")
-                if sha:
-                    self.cut.setdefault(sha, i)
-                continue
-            key = _key(m.content)
-            if key is not None and len(key) >= DEDUP_MIN_CHARS:
-                self.whole.setdefault(key, i)
+            if kind(m) == TOOL:
+                self.add(i, _entry(m))
         self.n = max(self.n, upto)
+
+    def add(self, i: int, entry: tuple[bool, str] | None) -> None:
+        """Index tool result `i`, whose `_entry` is `entry`, unless one of the same content came before."""
+        if entry is not None:
+            (self.cut if entry[0] else self.whole).setdefault(entry[1], i)
+
+
+def _entry(message: BaseMessage) -> tuple[bool, str] | None:
+    """How tool result `message` may be an earlier copy (`_Copies`): `(True, sha256 of the original)` when it was cut
+    in place, `(False, its content as one string, _key)` when it is whole and long enough (`DEDUP_MIN_CHARS`);
+    None when it is never one (truncated, deduplicated, a lookup tool's answer, short, or of no content kind)."""
+    if is_truncated(message) or is_deduplicated(message) or message.name in LOOKUP_TOOL_NAMES:
+        return None
+    if is_shortened(message):
+        sha = message.response_metadata[MARK_KEY].get("sha256")
+        return (True, sha) if sha else None
+    key = _key(message.content)
+    return (False, key) if key is not None and len(key) >= DEDUP_MIN_CHARS else None
 
 
 _MEMO_KEY = "dedup.copies"
@@ -129,16 +139,14 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
             memo[_MEMO_KEY] = copies
     copies.extend(messages, start)
     new = _Copies()
-    new.n = start
     out: dict[int, int] = {}
     for i in range(start, n):
         m = messages[i]
-        if pinned is not None and kind(m) == TOOL and pinned(m):
-            new.n = i + 1  # never a copy
-            continue
-        key = _key(m.content) if kind(m) == TOOL and not is_shortened(m) else None
-        if key is not None and len(key) >= DEDUP_MIN_CHARS and not (
-                is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES):
+        if kind(m) != TOOL or (pinned is not None and pinned(m)):
+            continue  # a pinned result is never a copy
+        entry = _entry(m)
+        if entry is not None and not entry[0]:  # whole: a repeat of an earlier copy?
+            key = entry[1]
             j = copies.whole.get(key)
             if j is None:
                 j = new.whole.get(key)
@@ -149,36 +157,27 @@ def duplicates(messages: Sequence[BaseMessage], start: int = 0,
                 if pinned is not None and pinned(messages[j]):
                     return _scan(messages, start, pinned)  # the first copy is pinned: another may be the copy
                 out[i] = j
-                new.n = i + 1  # replaced by its note: never a copy
-                continue
-        new.extend(messages, i + 1)
+                continue  # replaced by its note: never a copy
+        new.add(i, entry)
     return out
 
 
 def _scan(messages: Sequence[BaseMessage], start: int, pinned: Callable[[BaseMessage], bool]) -> dict[int, int]:
     """`duplicates` without an index, pins excluded as copies: the whole history, once."""
-    whole: dict[str, int] = {}
-    cut: dict[str, int] = {}
+    copies = _Copies()
     out: dict[int, int] = {}
     for i, m in enumerate(messages):
-        if (kind(m) != TOOL or is_truncated(m) or is_deduplicated(m) or m.name in LOOKUP_TOOL_NAMES or pinned(m)):
-            continue  # the recall tool's answer is what the model asked to read: it gets it whole
-        if is_shortened(m):
-            sha = m.response_metadata[MARK_KEY].get("sha256")
-            if sha:
-                cut.setdefault(sha, i)
+        if kind(m) != TOOL or pinned(m):
             continue
-        key = _key(m.content)
-        if key is None or len(key) < DEDUP_MIN_CHARS:
-            continue
-        if i >= start:
-            j = whole.get(key)
-            if j is None and cut:
-                j = cut.get(hashlib.sha256(key.encode("utf-8")).hexdigest())
+        entry = _entry(m)  # None for the recall tool's answer: what the model asked to read, it gets whole
+        if entry is not None and not entry[0] and i >= start:
+            j = copies.whole.get(entry[1])
+            if j is None and copies.cut:
+                j = copies.cut.get(hashlib.sha256(entry[1].encode("utf-8")).hexdigest())
             if j is not None:
                 out[i] = j
                 continue
-        whole.setdefault(key, i)
+        copies.add(i, entry)
     return out
 
 
@@ -262,11 +261,13 @@ def referenced(messages: Sequence[BaseMessage]) -> dict[int, int]:
     need not fit the budget: taking the copy out would only move its content forward (`restorations`), breaking
     the cached prefix for nothing. Over the budget the copy's step may go (a large step it sits in could hold the
     history over the budget) and the note gets the content back."""
+    notes = [(k, m) for k, m in enumerate(messages) if is_deduplicated(m)]
+    if not notes:
+        return {}
     at = {m.id: i for i, m in enumerate(messages) if m.id and kind(m) == TOOL}
     out: dict[int, int] = {}
-    for k, m in enumerate(messages):
-        if is_deduplicated(m):
-            j = at.get(m.response_metadata[MARK_KEY].get("same_as"))
-            if j is not None and j < k:
-                out[j] = k
+    for k, m in notes:
+        j = at.get(m.response_metadata[MARK_KEY].get("same_as"))
+        if j is not None and j < k:
+            out[j] = k
     return out

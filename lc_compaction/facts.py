@@ -250,7 +250,18 @@ from the SWE-agent conversations of the shared traces)."""
 _TRAILING = ".,;:!?)]}'\"»”’"
 
 def _has(*literals: str) -> Callable[[str], bool]:
-    return lambda text: any(x in text for x in literals)
+    """Whether a text holds one of `literals` (a plain loop: `any` over a generator costs more than the `in` tests of
+    a short text it runs on every chunk read)."""
+    if len(literals) == 1:
+        literal = literals[0]
+        return lambda text: literal in text
+
+    def test(text: str) -> bool:
+        for x in literals:
+            if x in text:
+                return True
+        return False
+    return test
 
 
 def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:
@@ -277,6 +288,22 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 
 _HEX_PAIR = re.compile(r"[a-f](?:(?<=\d[a-f])|\d)")
 """A digit next to a letter a-f: what a run of hexadecimal digits with at least one of each holds."""
+
+_HEX_AS_CLASSES = bytes.maketrans(b"0123456789abcdef", b"0000000000aaaaaa")
+"""Each ASCII digit made 0 and each letter a-f made a (every other byte stays itself, never one of those two)."""
+
+
+def _hex_pair(text: str) -> bool:
+    """Whether an ASCII digit stands next to a letter a-f in `text` (what a hexadecimal match holds: its run has a
+    digit and a letter of `[0-9a-f]`): in the UTF-8 bytes with digits made 0 and a-f made a, `0a` or `a0` (a
+    translation and two substring searches: C speed, where `_HEX_PAIR` tries every letter a-f); by `_HEX_PAIR`
+    itself (which takes any Unicode digit too: never False where this is True) for a text with a lone surrogate."""
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:
+        return _HEX_PAIR.search(text) is not None
+    classes = raw.translate(_HEX_AS_CLASSES)
+    return b"0a" in classes or b"a0" in classes
 
 _PAIR_VALUE = r"(?=[^\s;]{0,63}[0-9]|[^\s;]{1,63}[A-Z])[^\s;\"'*`\\()\[\]]{2}"
 """The start of a keyed pair's value (`DEFAULT_PATTERNS["keyed_pair"]`): a digit or a capital letter ahead, two
@@ -310,7 +337,7 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
     "dotted": _then(_has("."), r"\.(?<=\w\.)[A-Za-z_]"),
     "slug": _then(_has("_", "-"), r"[_\d-](?:(?<=[A-Za-z0-9][_-])[A-Za-z0-9]{0,39}\d"
                                   r"|(?<=\d)[A-Za-z0-9]{0,40}[_-](?<=[A-Za-z0-9][_-]))"),
-    "hex": lambda text: "0x" in text or _HEX_PAIR.search(text) is not None,
+    "hex": lambda text: "0x" in text or _hex_pair(text),
 }
 """For a built-in pattern, what every one of its matches contains (a literal, or a simpler expression): a text
 without it is not searched with the pattern at all, which gives the same matches (none) for less. Each entry follows
@@ -323,8 +350,9 @@ then its key's word before them (`ref` for `reference` and `refund`), a named id
 hex digit (`h::`, `::h`: a shortened one) or its eight groups, an IPv4 address `d.ddd.d`, a digest its algorithm's
 name, a line `line N`, an error type its ending, a definition `def` or `class` at a word's start, a dotted name a
 word character, a dot and a letter, a slug a digit in one of its parts (after the `_` or `-` before it, or before the
-one after it), long hexadecimal `0x` or a digit next to a letter a-f (`_HEX_PAIR`). Each test is a literal (`in`, at
-C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition, read faster;
+one after it), long hexadecimal `0x` or an ASCII digit next to a letter a-f (`_hex_pair`). Each test is a literal
+(`in`, at C speed), or a cheap literal that every match holds before the expression (`_then`): the same condition,
+read faster;
 each expression starts with a literal or a set of characters (what `re` skips to at C speed), its context checked
 after it by a lookbehind. Used only while the pattern is the built-in one."""
 
@@ -1141,9 +1169,10 @@ def tool_names(messages: Iterable[BaseMessage]) -> dict[Any, str]:
     reused by another turn), under `id(result)`; and under each tool-call id the name of its latest call, for a
     result outside a tool block. Read it with `tool_of`."""
     msgs = list(messages)
-    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for m in msgs for c in tool_calls_of(m)}
+    calls = {i: found for i, m in enumerate(msgs) if (found := tool_calls_of(m))}  # each message's calls, read once
+    out: dict[Any, str] = {c.get("id") or "": c.get("name") or "tool" for made in calls.values() for c in made}
     for t, (a, tcid) in tool_pairs(msgs).items():
-        out[id(msgs[t])] = next((c.get("name") for c in tool_calls_of(msgs[a]) if c.get("id") == tcid), None) or "tool"
+        out[id(msgs[t])] = next((c.get("name") for c in calls[a] if c.get("id") == tcid), None) or "tool"
     return out
 
 

@@ -19,6 +19,7 @@ from langchain_core.messages import BaseMessage
 from lc_compaction._content import starts_with_thinking
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction._kinds import AI, HUMAN, SYSTEM, TOOL, kind
+from lc_compaction._kinds import kind as kind_of  # `replace` has a parameter named kind
 from lc_compaction.dedup import DEDUP_STRATEGY, referenced, restorations, same_as
 from lc_compaction.markers import is_summary, is_truncated
 from lc_compaction.structure import (
@@ -35,7 +36,7 @@ from lc_compaction.structure import (
     turn_before,
     turn_from,
 )
-from lc_compaction.tokens import TokenCounter
+from lc_compaction.tokens import TokenCounter, counted_alike
 
 
 class RecallKeys(Protocol):
@@ -186,9 +187,10 @@ class LadderState:
         `replace` adds its target, a note taken out leaves it): `dedup.restorations` has nothing to do
         unless a message that leaves is one of them, so a change costs O(what leaves), not O(history)."""
         self._notes = set(targets)  # the deduplication notes among the slots' messages, by id() (a superset)
-        self._note_at: tuple[int, list[int]] | None = None
-        """(`_shape`, the sorted indices of the slots that may hold a note): kept while no structural change
-        moves the slots, so that a replace whose message notes point at does not scan the history."""
+        self._note_at: tuple[int, dict[str, list[int]]] | None = None
+        """(`_shape`, for each id notes point at, the sorted indices of the slots that may hold a note pointing at
+        it: a superset): kept while no structural change moves the slots, so that a replace whose message notes
+        point at reads only those notes, not the history's."""
         # The structure (message types, tool-call ids, order) changes only through remove / put_summary / fold;
         # replace keeps it (it verifies so). Steps and the invariant check are recomputed only when it changed.
         self._shape = 0  # incremented on every structural change
@@ -308,7 +310,8 @@ class LadderState:
         already has it. `record_gone`: False only for those restorations themselves."""
         old = self.slots[i]
         if (type(message) is not type(old.message) or getattr(message, "tool_call_id", None)
-                != getattr(old.message, "tool_call_id", None) or call_ids(message) != call_ids(old.message)):
+                != getattr(old.message, "tool_call_id", None)
+                or (kind_of(message) == AI and call_ids(message) != call_ids(old.message))):  # only an AI message calls
             raise CompactionInvariantError(
                 f"{strategy} replaced message {i} with one of another type or other tool-call ids")
         if tokens is None:
@@ -321,13 +324,13 @@ class LadderState:
             self.pointed_at.add(target)
             self._notes.add(id(message))
             if self._note_at is not None and self._note_at[0] == self._shape:
-                at = self._note_at[1]
+                at = self._note_at[1].setdefault(target, [])
                 k = bisect.bisect_left(at, i)
                 if k == len(at) or at[k] != i:
                     at.insert(k, i)
         self.actions.append(Action(strategy, kind, [old.message.id or ""], saved, detail))
         if record_gone and is_truncated(message):
-            saved -= self._restore([old.message])
+            saved -= self._restore([old.message], [old.tokens])
         return saved
 
     def remove(self, indices: Sequence[int], *, strategy: str, detail: str = "",
@@ -349,6 +352,7 @@ class LadderState:
         added = {i: Slot(m, self.counter.count_message(m)) for i, m in notes.items()}
         saved = sum(self.slots[i].tokens for i in drop) - sum(s.tokens for s in added.values())
         gone = [self.slots[i].message for i in sorted(drop)]
+        gone_tokens = [self.slots[i].tokens for i in sorted(drop)]
         # a marker put back under the id of one it replaces (`drop.leave_markers`) is rewritten, not removed
         kept_ids = {m.id for m in notes.values() if m.id}
         self.removed.extend(m for m in gone if m.id not in kept_ids)
@@ -357,7 +361,7 @@ class LadderState:
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "removed", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
     def summary_runs(self, indices: Sequence[int]) -> list[SummaryRun]:
         """The runs of consecutive messages among `indices` (the messages a summary would replace), in order,
@@ -403,11 +407,12 @@ class LadderState:
             if i not in keep:
                 new.append(s)
         gone = [self.slots[i].message for i in drop]
+        gone_tokens = [self.slots[i].tokens for i in drop]
         self.slots = new
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "summarized", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
     def fold(self, indices: Sequence[int], replaced: dict[int, BaseMessage], tokens: dict[int, int], *,
              strategy: str, detail: str = "") -> int:
@@ -435,24 +440,38 @@ class LadderState:
             self.slots[i] = Slot(message, tokens[i], slot.pinned, slot.kept)
         ids = [self.slots[i].message.id or "" for i in sorted(drop)]
         gone = [self.slots[i].message for i in sorted(drop)]
+        gone_tokens = [self.slots[i].tokens for i in sorted(drop)]
         self.removed.extend(gone)
         self.slots = [s for i, s in enumerate(self.slots) if i not in drop]
         self._shape += 1
         self._total -= saved
         self.actions.append(Action(strategy, "folded", ids, saved, detail))
-        return saved - self._restore(gone)
+        return saved - self._restore(gone, gone_tokens)
 
-    def _restore(self, gone: Sequence[BaseMessage]) -> int:
-        """Apply `dedup.restorations` for messages that left (each a "restored" action of `DEDUP_STRATEGY`); the
-        tokens it added back."""
+    def _restore(self, gone: Sequence[BaseMessage], gone_tokens: Sequence[int]) -> int:
+        """Apply `dedup.restorations` for messages that left (`gone_tokens`: their counts, tokens; each restoration a
+        "restored" action of `DEDUP_STRATEGY`); the tokens it added back. A note given back the content of a message
+        that left costs what that message cost when the counter counts them alike (`tokens.counted_alike`): it is
+        not counted again."""
         if not any(m.id in self.pointed_at for m in gone):  # O(len(gone)): nothing points at them
             return 0
         before = self._total
         if self._note_at is None or self._note_at[0] != self._shape:
-            self._note_at = (self._shape, [i for i, s in enumerate(self.slots) if id(s.message) in self._notes])
-        notes = [(i, self.slots[i].message) for i in self._note_at[1] if id(self.slots[i].message) in self._notes]
+            by_target: dict[str, list[int]] = {}
+            for i, s in enumerate(self.slots):
+                if id(s.message) in self._notes and (target := same_as(s.message)) is not None:
+                    by_target.setdefault(target, []).append(i)
+            self._note_at = (self._shape, by_target)
+        at = self._note_at[1]
+        # the notes that may point at a message that left, in order: `restorations` reads no other
+        indices = sorted({i for m in gone if m.id in self.pointed_at for i in at.get(m.id, ())})
+        notes = [(i, self.slots[i].message) for i in indices if id(self.slots[i].message) in self._notes]
+        counted = {id(m.content): (m, t) for m, t in zip(gone, gone_tokens)}
         for i, message, detail in restorations(notes, gone, self.pointed_at):
-            self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail)
+            source = counted.get(id(message.content))
+            tokens = source[1] if source is not None and counted_alike(self.counter, message, source[0]) else None
+            self.replace(i, message, strategy=DEDUP_STRATEGY, kind="restored", record_gone=False, detail=detail,
+                         tokens=tokens)
         return self._total - before
 
     def check(self, after: str) -> None:

@@ -46,6 +46,7 @@ from lc_compaction._content import (
     looks_binary,
 )
 from lc_compaction._count_cache import _MessageCache, _role
+from lc_compaction._kinds import TOOL, kind
 from lc_compaction._images import (  # the IMAGE_* constants are re-exported: part of this module's API
     IMAGE_BASE_TOKENS,
     IMAGE_FIT_PX,
@@ -726,6 +727,17 @@ class MessageCounter:
 
     def __repr__(self) -> str:
         return "MessageCounter()"
+
+
+def counted_alike(counter: Any, message: BaseMessage, other: BaseMessage) -> bool:
+    """Whether `counter` counts `message` as it counts `other`, known without counting either: with the package's own
+    counters (`StructuredCounter`: a message's count is its role, name, content and tool calls; `MessageCounter`:
+    1), two tool results of one class and name whose contents are one string (a repeated tool result, a
+    deduplication note given back its earlier copy's content; a tool result calls no tool and its role is always
+    "tool"). False for any other messages and counters: a caller's callable may read more."""
+    return (isinstance(counter, (StructuredCounter, MessageCounter)) and type(message) is type(other)
+            and kind(message) == TOOL and message.name == other.name and isinstance(message.content, str)
+            and message.content == other.content)
 
 
 class CallableCounter:
