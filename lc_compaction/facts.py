@@ -1092,7 +1092,7 @@ class FactGuard:
     def said_line(self, messages: Iterable[BaseMessage], max_chars: int | None = None, *, besides: str = "") -> str:
         """The line that keeps the short user turns of `messages` word for word (`said_turns`): `SAID_PREFIX`, then
         each turn as a JSON string (its fence strings neutralized, `markers.defang`), `FACTS_SEPARATOR` between
-        them, oldest first; those that fit in `max_chars` characters (default `self.said_chars`), taken in this
+        them, oldest first; as many as fit in `max_chars` characters (default `self.said_chars`), taken in this
         order: one turn of each shape a round (`shape`: turns that differ only in their numbers, "look at the logs of
         service 3", count once a round), in a round the turns that give an instruction or a correction
         (`_DIRECTIVE`: "Correction for RQ-FACADE: use the streaming pipeline") first, then the rarer shapes, then
@@ -1119,11 +1119,11 @@ class FactGuard:
         order = sorted(range(len(turns)), key=keys.__getitem__)
         kept: set[int] = set()
         size = 0
-        for j in order:
-            grown = size + len(quoted[j]) + (len(FACTS_SEPARATOR) if kept else 0)
-            if grown <= bound:
-                kept.add(j)
-                size = grown
+        for j in order:  # the longest run of that order that fits
+            size += len(quoted[j]) + (len(FACTS_SEPARATOR) if kept else 0)
+            if size > bound:
+                break
+            kept.add(j)
         if not kept:
             return ""
         omitted = len(turns) - len(kept)

@@ -24,8 +24,10 @@ ASK = f"I need to cancel two of my reservations. Their codes are {CODE} and ASDF
 
 def filler(k: int) -> str:
     """A short user turn (under `SAID_TURN_CHARS`) without identifiers, long enough that two of them and the
-    request fill most of the said line's bound (`DEFAULT_SAID_CHARS`)."""
-    return f"Turn {k}: thank you, that is clear, " + "please go on with what we agreed, " * 5
+    request fill most of the said line's bound (`DEFAULT_SAID_CHARS`); each of its own shape (`k` spelled in
+    letters: turns that differ only in a number count once a round in a said line, `FactGuard.said_line`)."""
+    name = str(k).translate(str.maketrans("0123456789", "abcdefghij"))
+    return f"Turn {name}: thank you, that is clear, " + "please go on with what we agreed, " * 5
 
 
 def exchange(k: int) -> list[BaseMessage]:
