@@ -320,11 +320,11 @@ def _compact_twice(chat: Chat, turn: Any) -> int:
 
 
 @pytest.mark.parametrize("how", ["removed", "version", "mode"])
-def test_a_reset_memory_never_renumbers_or_overwrites_records(how: str) -> None:
-    inner = InMemoryStore()
+def test_a_reset_memory_never_renumbers_or_overwrites_records(how: str, backend: Any) -> None:
+    inner, saver = backend
     store = CountingStore(inner)
     node = _node()
-    graph = _graph(node, store, InMemorySaver())
+    graph = _graph(node, store, saver)
     chat = Chat([graph], thread=f"reset-{how}")
     config = chat.config
     k = _compact_twice(chat, lambda k: graph.invoke({"messages": [_user(k)]}, config))
@@ -413,6 +413,32 @@ def test_an_existing_record_is_never_overwritten(caplog: pytest.LogCaptureFixtur
         k += 1
     assert _history(other.state()) == {"head": 8, "last": 8}
     assert inner.get(offload_namespace("fresh", "compaction"), record_key(7)).value == squatter
+
+
+def test_record_numbers_read_the_store_only_without_a_history_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common path (the memory has its history entry) makes no store call; without it, every page of the
+    thread's records is read (numbers above a page, gaps, another thread's records not counted), sync and async."""
+    from lc_compaction.integrations import history
+
+    class NoCalls(BaseStore):
+        def batch(self, ops: Any) -> list[Any]:
+            raise AssertionError("a store call on the common path")
+
+        async def abatch(self, ops: Any) -> list[Any]:
+            raise AssertionError("a store call on the common path")
+
+    memory = {"history": {"head": 4, "last": 6}}
+    assert history.record_numbers(NoCalls(), "t", memory) == (7, 4)
+    assert asyncio.run(history.arecord_numbers(NoCalls(), "t", memory)) == (7, 4)
+    monkeypatch.setattr(history, "SEARCH_PAGE", 3)
+    store = InMemoryStore()
+    for n in (*range(1, 9), 11):
+        store.put(offload_namespace("t", "compaction"), record_key(n), {"compaction": n}, index=False)
+    store.put(offload_namespace("t2", "compaction"), record_key(40), {"compaction": 40}, index=False)
+    assert history.record_numbers(store, "t", None) == (12, 0)
+    assert history.record_numbers(AsyncOnlyStore(store), "t", None) is None, "the store raised: not recorded"
+    assert asyncio.run(history.arecord_numbers(AsyncOnlyStore(store), "t", {"calls": 3})) == (12, 0)
+    assert history.record_numbers(store, "t3", None) == (1, 0)
 
 
 # ------------------------------------------------------------------------------------------------ the hint
