@@ -22,7 +22,12 @@ and the ids of the stored history after it (`after`, in order). The value (plain
 
 Numbers count a thread's records from 1 and are never reused (an undone record stays, and a later compaction takes
 the next number): the door's memory keeps `{"head": the record the stored history is at (0: none), "last": the
-largest number given}` under `HISTORY_KEY` (`next_numbers`, `moved_to`).
+largest number given}` under `HISTORY_KEY` (`next_numbers`, `moved_to`). When the memory has no such entry (a new
+thread, or a memory reset: its key removed from the state, its version or mode changed), the numbers go on after
+the last record the store holds for the thread (`integrations.history.record_numbers` reads it, once: the call
+writes the entry back, `{"head": 0, "last": <that number>}` when it records nothing), and the history is at no
+known record (a record made then has "previous" 0: undo stops at it). A record is written once: a key already in
+the store is never overwritten (`integrations.history.write_record`).
 
 Undo (`undo_plan`, `restore`): the history before record N is the current history with the span of N's `after`
 replaced by N's `before`, every message not in that span (the turns that arrived after it) kept where it is. To go
@@ -43,8 +48,8 @@ from langchain_core.messages import BaseMessage
 
 from lc_compaction.offload import OffloadRecord, message_from_json, message_json
 
-__all__ = ["HISTORY_KEY", "CompactionRecord", "compaction_record", "history_entry", "moved_to", "next_numbers",
-           "record_key", "restore", "undo_plan"]
+__all__ = ["HISTORY_KEY", "CompactionRecord", "compaction_record", "history_entry", "history_known", "moved_to",
+           "next_numbers", "record_key", "restore", "undo_plan"]
 
 HISTORY_KEY = "history"
 """Key of the compaction records' entry in a door's memory: `{"head": int, "last": int}` (see the module)."""
@@ -57,21 +62,33 @@ def record_key(number: int) -> str:
     return f"{number:08d}"
 
 
-def history_entry(memory: Any) -> tuple[int, int]:
-    """(head, last) of a door's memory's `HISTORY_KEY` entry (see the module); (0, 0) when missing or malformed."""
+def _entry(memory: Any) -> tuple[int, int] | None:
     entry = memory.get(HISTORY_KEY) if isinstance(memory, dict) else None
     if not isinstance(entry, dict):
-        return 0, 0
+        return None
     head, last = entry.get("head"), entry.get("last")
     ok = all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (head, last))
-    return (head, last) if ok else (0, 0)  # type: ignore[return-value]
+    return (head, last) if ok else None  # type: ignore[return-value]
 
 
-def next_numbers(memory: Any) -> tuple[int, int]:
+def history_entry(memory: Any) -> tuple[int, int]:
+    """(head, last) of a door's memory's `HISTORY_KEY` entry (see the module); (0, 0) when missing or malformed."""
+    return _entry(memory) or (0, 0)
+
+
+def history_known(memory: Any) -> bool:
+    """Whether a door's memory has a well-formed `HISTORY_KEY` entry: its "last" is then the largest number given
+    in the thread; without one, the store says (see the module)."""
+    return _entry(memory) is not None
+
+
+def next_numbers(memory: Any, stored_last: int = 0) -> tuple[int, int]:
     """(the number the next compaction record of this thread gets, the record the history is at now: its
-    "previous"), from a door's memory (a missing or malformed entry: (1, 0))."""
+    "previous"), from a door's memory and `stored_last`, the largest record number the store holds for the thread
+    when the memory has no entry (`history_known`; read by `integrations.history.record_numbers`); a missing or
+    malformed entry and an empty store: (1, 0)."""
     head, last = history_entry(memory)
-    return last + 1, head
+    return max(last, stored_last) + 1, head
 
 
 def moved_to(memory: Any, head: int, last: int | None = None) -> dict[str, int]:

@@ -17,7 +17,10 @@ Tokens (`search_tokens`): the casefolded words (`\\w+`); each compound identifie
 `user@host`) also whole; each path whole and its root (`/`, `./`, `../`, `~/`) as a token of its own, so a path
 asked for as `./src/app.py` ranks that path above `/src/app.py`. A tool result's document is its text and the call
 that asked for it (`offload.call_text`: the tool's name and arguments), so a search for an order id finds the
-result of the call that looked it up even when the result does not repeat it.
+result of the call that looked it up even when the result does not repeat it. An assistant message's document is
+its words and its calls, but only its words when the results of all its calls are records too: their documents
+hold the calls (a search for a command's words then finds what the command returned, not first the shorter
+message that asked for it).
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 from lc_compaction.markers import (
@@ -105,9 +108,19 @@ class Document:
     position: int | None = None
     compaction: int | None = None
 
-    def tokens(self) -> list[str]:
-        """What BM25 indexes: the text's tokens, and the call's."""
-        return search_tokens(self.text) + (search_tokens(self.call) if self.call else [])
+    indexed: str | None = None
+    """An assistant message's own words (its `text` without its calls): what BM25 indexes of it when the results
+    of all its calls are records too (`tokens`)."""
+
+    def tokens(self, answered: Collection[str] = ()) -> list[str]:
+        """What BM25 indexes: the text's tokens and the call's; of an assistant message whose calls all have their
+        results among the records (`answered`: their tool_call_ids), its own words only: the results' documents
+        hold the calls, and rank for them (a search for a command's words finds what it returned)."""
+        calls = self.message.tool_calls if kind(self.message) == AI else []  # type: ignore[attr-defined]
+        own = self.text
+        if self.indexed is not None and calls and all(c.get("id") in answered for c in calls):
+            own = self.indexed
+        return search_tokens(own) + (search_tokens(self.call) if self.call else [])
 
 
 def document(kind_: str, key: str, value: dict[str, Any]) -> Document | None:
@@ -119,14 +132,15 @@ def document(kind_: str, key: str, value: dict[str, Any]) -> Document | None:
     content = message.content
     text = content if isinstance(content, str) else (message.text or recall_text(content))
     call = value.get("call") if isinstance(value.get("call"), str) else ""
-    if kind(message) == AI:  # its calls are its own words: in its text (what the snippet shows)
+    indexed = None
+    if kind(message) == AI:  # its calls are its own words, in its snippet; ranked with their results (`tokens`)
         calls = [call_text(c["name"], c.get("args")) for c in message.tool_calls]  # type: ignore[attr-defined]
-        text, call = "\n".join(x for x in (text, *calls) if x), ""
+        indexed, text, call = text, "\n".join(x for x in (text, *calls) if x), ""
     position = value.get("position")
     compaction = value.get("compaction")
     return Document(kind_, key, message, text, call or "",
                     position if isinstance(position, int) else None,
-                    compaction if isinstance(compaction, int) else None)
+                    compaction if isinstance(compaction, int) else None, indexed)
 
 
 def bm25_ranking(docs: Sequence[Document], query: str) -> list[int]:
@@ -135,7 +149,8 @@ def bm25_ranking(docs: Sequence[Document], query: str) -> list[int]:
     wanted = search_tokens(query)
     if not docs or not wanted:
         return []
-    corpus = [d.tokens() for d in docs]
+    answered = {cast(ToolMessage, d.message).tool_call_id for d in docs if kind(d.message) == TOOL}
+    corpus = [d.tokens(answered) for d in docs]
     retriever = bm25s.BM25()
     retriever.index(corpus, show_progress=False)
     vocab = retriever.vocab_dict

@@ -9,12 +9,17 @@
   compaction, `uncompact(1)` the one before the first, each equal to the original plus every later turn, message
   for message; the next call compacts again (the history no longer fits) into a valid history. On InMemory and on
   PostgreSQL (`backend`), and across two workers (two graphs, one Postgres store and checkpointer).
+- Numbers are never reused: when the door's memory is reset (the key removed from the state, its version or mode
+  changed), the next record is numbered after the last one the store holds, and records 1 and 2 stay as they were
+  byte for byte (a record is written once: an existing key is never overwritten). Sync and async.
 - With offload on, the drop marker carries `markers.SEARCH_HINT` on its second line; reading facts back skips it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from typing import Any
 
 import pytest
@@ -253,6 +258,187 @@ def test_undo_needs_offload_and_something_to_undo() -> None:
         node.uncompact(config, graph=graph)
     with pytest.raises(ValueError, match="view mode"):
         CompactionNode(max_input_tokens=WINDOW, offload=True, mode="view").uncompact(config, graph=graph)
+
+
+# ------------------------------------------------------------------------------------------------ numbering
+
+
+class AsyncOnlyStore(CountingStore):
+    """A store whose sync `batch` raises, as `AsyncPostgresStore` does on the event loop's thread."""
+
+    def batch(self, ops: Any) -> list[Any]:
+        raise AssertionError("a sync store call on the async path")
+
+
+def _records(store: BaseStore, thread: str) -> dict[str, str]:
+    """The thread's compaction records: key -> the value's JSON text."""
+    items = store.search(offload_namespace(thread, "compaction"), limit=1_000)
+    return {item.key: json.dumps(item.value) for item in items}
+
+
+def _originals(store: BaseStore, thread: str) -> dict[tuple[str, str], str]:
+    return {(kind, item.key): json.dumps(item.value) for kind in ("message", "tool_result")
+            for item in store.search(offload_namespace(thread, kind), limit=1_000)}
+
+
+def _memory_reset(memory: dict, how: str) -> dict | None:
+    """The memory as a reset leaves it: removed, of another version, or of the other mode (a user switching the
+    node to view mode and back)."""
+    return {"removed": None, "version": {**memory, "version": -1}, "mode": {**memory, "mode": "view"}}[how]
+
+
+def _history(values: dict) -> dict:
+    return (values.get("compaction") or {}).get("history") or {}
+
+
+def _check_renumbered(chat: Chat, inner: BaseStore, store: CountingStore, records: dict[str, str],
+                      originals: dict[tuple[str, str], str], before: list[BaseMessage]) -> None:
+    """After the reset: the new record is number 3, records 1 and 2 and every earlier original are as they were,
+    no record was put twice."""
+    thread = chat.config["configurable"]["thread_id"]
+    assert _history(chat.state()) == {"head": 3, "last": 3}, "numbered after the records the store holds"
+    now = _records(inner, thread)
+    assert sorted(now) == [record_key(n) for n in (1, 2, 3)]
+    assert {k: now[k] for k in records} == records, "records 1 and 2 unchanged, byte for byte"
+    assert CompactionRecord.from_value(json.loads(now[record_key(3)])).number == 3
+    later = _originals(inner, thread)
+    assert {k: later[k] for k in originals} == originals, "the originals of compactions 1 and 2 unchanged"
+    assert {json.loads(v)["compaction"] for k, v in later.items() if k not in originals} <= {3}
+    puts = [n for (ns, _), n in store.puts.items() if ns[-1] == "compaction"]
+    assert puts and set(puts) == {1}, "each record written once"
+    assert chat.state()["messages"] != before
+
+
+def _compact_twice(chat: Chat, turn: Any) -> int:
+    k = 0
+    while _history(chat.state()).get("head", 0) < 2:
+        assert k < 40, "the chat compacted twice"
+        turn(k)
+        k += 1
+    assert _history(chat.state()) == {"head": 2, "last": 2}
+    return k
+
+
+@pytest.mark.parametrize("how", ["removed", "version", "mode"])
+def test_a_reset_memory_never_renumbers_or_overwrites_records(how: str, backend: Any) -> None:
+    inner, saver = backend
+    store = CountingStore(inner)
+    node = _node()
+    graph = _graph(node, store, saver)
+    chat = Chat([graph], thread=f"reset-{how}")
+    config = chat.config
+    k = _compact_twice(chat, lambda k: graph.invoke({"messages": [_user(k)]}, config))
+    thread = config["configurable"]["thread_id"]
+    records, originals = _records(inner, thread), _originals(inner, thread)
+    graph.update_state(config, {"compaction": _memory_reset(chat.state()["compaction"], how)})
+    before: list[BaseMessage] = []
+    while _history(chat.state()).get("head", 0) in (0, 2):
+        assert k < 80, "the chat compacted again"
+        before = [*chat.state()["messages"], _user(k)]
+        graph.invoke({"messages": [_user(k)]}, config)
+        k += 1
+    _check_renumbered(chat, inner, store, records, originals, before)
+    reply = chat.state()["messages"][-1]
+    out = node.uncompact(config, graph=graph)
+    assert out["undone"] == [3] and out["head"] == 0
+    assert chat.state()["messages"] == [*before, reply], "the history before record 3, plus the reply"
+    assert _records(inner, thread) == {**records, record_key(3): _records(inner, thread)[record_key(3)]}
+
+
+def test_a_reset_memory_never_renumbers_records_async() -> None:
+    """The async path (`aplan_compaction`) reads the last number without one sync store call."""
+    inner = InMemoryStore()
+    store = AsyncOnlyStore(inner)
+    node = _node()
+    graph = _graph(node, store, InMemorySaver())
+    chat = Chat([graph], thread="reset-async")
+    config = chat.config
+
+    async def run() -> None:
+        k = 0
+        while _history((await graph.aget_state(config)).values).get("head", 0) < 2:
+            assert k < 40, "the chat compacted twice"
+            await graph.ainvoke({"messages": [_user(k)]}, config)
+            k += 1
+        thread = config["configurable"]["thread_id"]
+        records, originals = _records(inner, thread), _originals(inner, thread)
+        await graph.aupdate_state(config, {"compaction": None})
+        before: list[BaseMessage] = []
+        while _history((await graph.aget_state(config)).values).get("head", 0) in (0, 2):
+            assert k < 80, "the chat compacted again"
+            before = [*(await graph.aget_state(config)).values["messages"], _user(k)]
+            await graph.ainvoke({"messages": [_user(k)]}, config)
+            k += 1
+        _check_renumbered(chat, inner, store, records, originals, before)
+        reply = (await graph.aget_state(config)).values["messages"][-1]
+        out = await node.auncompact(config, graph=graph)
+        assert out["undone"] == [3]
+        assert (await graph.aget_state(config)).values["messages"] == [*before, reply]
+
+    asyncio.run(run())
+
+
+def test_an_existing_record_is_never_overwritten(caplog: pytest.LogCaptureFixture) -> None:
+    """A record key already in the store that the memory does not know of (a bug: numbers are never reused) is
+    logged and skipped, never overwritten; the next compaction is numbered after the records the store holds. And a
+    fresh memory numbers after the records the store already holds."""
+    inner = InMemoryStore()
+    store = CountingStore(inner)
+    node = _node()
+    graph = _graph(node, store, InMemorySaver())
+    chat = Chat([graph], thread="taken")
+    config = chat.config
+    graph.invoke({"messages": [_user(0)]}, config)  # no compaction yet: the memory knows of no record
+    assert _history(chat.state()).get("head", 0) == 0
+    ns = offload_namespace("taken", "compaction")
+    squatter = {"v": 1, "compaction": 1, "previous": 0, "triggered": True, "before": [], "after": ["x"]}
+    inner.put(ns, record_key(1), squatter, index=False)
+    k = 1
+    with caplog.at_level(logging.ERROR, logger="lc_compaction.integrations.history"):
+        while _history(chat.state()).get("head", 0) < 2:
+            assert k < 40, "the chat compacted"
+            graph.invoke({"messages": [_user(k)]}, config)
+            k += 1
+    assert inner.get(ns, record_key(1)).value == squatter, "never overwritten"
+    assert any("already" in r.getMessage() for r in caplog.records), "logged"
+    assert _history(chat.state()) == {"head": 2, "last": 2}, "numbered after the record the store holds"
+    assert sorted(_records(inner, "taken")) == [record_key(1), record_key(2)]
+    # a fresh thread whose store already holds records: numbered after them from the first compaction
+    other = Chat([graph], thread="fresh")
+    inner.put(offload_namespace("fresh", "compaction"), record_key(7), squatter, index=False)
+    k = 0
+    while _history(other.state()).get("head", 0) == 0:
+        assert k < 40, "the chat compacted"
+        graph.invoke({"messages": [_user(k)]}, other.config)
+        k += 1
+    assert _history(other.state()) == {"head": 8, "last": 8}
+    assert inner.get(offload_namespace("fresh", "compaction"), record_key(7)).value == squatter
+
+
+def test_record_numbers_read_the_store_only_without_a_history_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common path (the memory has its history entry) makes no store call; without it, every page of the
+    thread's records is read (numbers above a page, gaps, another thread's records not counted), sync and async."""
+    from lc_compaction.integrations import history
+
+    class NoCalls(BaseStore):
+        def batch(self, ops: Any) -> list[Any]:
+            raise AssertionError("a store call on the common path")
+
+        async def abatch(self, ops: Any) -> list[Any]:
+            raise AssertionError("a store call on the common path")
+
+    memory = {"history": {"head": 4, "last": 6}}
+    assert history.record_numbers(NoCalls(), "t", memory) == (7, 4)
+    assert asyncio.run(history.arecord_numbers(NoCalls(), "t", memory)) == (7, 4)
+    monkeypatch.setattr(history, "SEARCH_PAGE", 3)
+    store = InMemoryStore()
+    for n in (*range(1, 9), 11):
+        store.put(offload_namespace("t", "compaction"), record_key(n), {"compaction": n}, index=False)
+    store.put(offload_namespace("t2", "compaction"), record_key(40), {"compaction": 40}, index=False)
+    assert history.record_numbers(store, "t", None) == (12, 0)
+    assert history.record_numbers(AsyncOnlyStore(store), "t", None) is None, "the store raised: not recorded"
+    assert asyncio.run(history.arecord_numbers(AsyncOnlyStore(store), "t", {"calls": 3})) == (12, 0)
+    assert history.record_numbers(store, "t3", None) == (1, 0)
 
 
 # ------------------------------------------------------------------------------------------------ the hint

@@ -33,7 +33,7 @@ from lc_compaction.integrations import CompactionMiddleware
 from lc_compaction.integrations.offload import OffloadTarget, compact_offloaded, write_offloads
 from lc_compaction.integrations.search import search_history
 from lc_compaction.markers import LOOKUP_TOOL_NAMES, SEARCH_TOOL_NAME, UNTRUSTED_DATA_FENCE
-from lc_compaction.offload import DEFAULT_RECALL_CHARS, OffloadRecord, large_arrivals
+from lc_compaction.offload import DEFAULT_RECALL_CHARS, OffloadRecord, call_text, large_arrivals
 from lc_compaction.search import MAX_SEARCH_LIMIT, SNIPPET_CHARS, Document, bm25_ranking, search_tokens
 from tests.agent_replay import ReplayChatModel
 from tests.builders import ai_call, tool_loop, tool_result
@@ -216,3 +216,21 @@ def test_an_assistant_tool_call_found_by_search_reads_back_with_its_calls() -> N
     human = HumanMessage("plain words", id="u9")
     write_offloads([OffloadRecord(human, "removed")], OffloadTarget(store, "t"))
     assert read_message(store, "t", "u9")[0] == "plain words", "other messages: their content, as before"
+
+
+def test_a_search_for_a_command_finds_what_it_returned_first() -> None:
+    """A coding agent looks for the output of a command it ran, by the command's words: the result's record (which
+    holds its call) ranks above the shorter assistant message that made the call, whose calls are ranked with their
+    results (found by the recall exam, `benchmarks/recall_exam.py`)."""
+    store = InMemoryStore()
+    records = []
+    for k in range(3):
+        call = AIMessage("", id=f"a{k}", tool_calls=[{"name": "bash", "args": {"command": f"python step{k}.py"},
+                                                      "id": f"c{k}"}])
+        out = tool_result(f"c{k}", f"t{k}", f"Traceback (most recent call last):\n  line {k}\nValueError: "
+                          + "x" * 400, name="bash")
+        records += [OffloadRecord(call, "removed"),
+                    OffloadRecord(out, "removed", call=call_text("bash", {"command": f"python step{k}.py"}))]
+    write_offloads(records, OffloadTarget(store, "t"))
+    hits = search_history(store, "t", "python step1.py")[1]["hits"]
+    assert hits[0]["kind"] == "tool_result" and hits[0]["key"] == "c1"

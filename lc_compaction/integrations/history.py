@@ -1,8 +1,13 @@
 """Compaction records and undo, the I/O part (`lc_compaction.history` is the pure part).
 
+- `record_numbers` / `arecord_numbers`: the number a call's compaction record gets, and the record the history is
+  at, before the call compacts: from the door's memory, with no store call; when the memory has no
+  `history.HISTORY_KEY` entry (a new thread, a memory reset), after the last record number the store holds for the
+  thread (its "compaction" namespace, searched page by page), so a number is never given twice.
 - `record_rewrite`: after a door planned a call that rewrites the stored history (rewrite mode, offload on), the
   compaction record to put in the thread's store (one `PutOp`), and the memory's `history.HISTORY_KEY` entry that
-  names it; `plan.plan_compaction` writes it before the plan is returned, as the originals are.
+  names it; `plan.plan_compaction` writes it before the plan is returned, as the originals are
+  (`write_record` / `awrite_record`: written once, an existing key is never overwritten).
 - `uncompact` / `auncompact`: restore a thread's stored history as it was before a compaction (default: the latest
   one whose ladder ran), keeping every message that arrived after it; `CompactionNode.uncompact` and
   `CompactionMiddleware.uncompact` call it with their state keys. It reads the graph's state
@@ -22,7 +27,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.graph.message import add_messages
-from langgraph.store.base import BaseStore, GetOp, PutOp
+from langgraph.store.base import BaseStore, GetOp, Op, PutOp, SearchOp
 from langgraph.types import StateUpdate
 
 from lc_compaction._drive import adrive, drive
@@ -32,7 +37,9 @@ from lc_compaction.history import (
     CompactionRecord,
     compaction_record,
     history_entry,
+    history_known,
     moved_to,
+    next_numbers,
     record_key,
     restore,
     undo_plan,
@@ -40,9 +47,13 @@ from lc_compaction.history import (
 from lc_compaction.integrations.writes import by_id_writes
 from lc_compaction.offload import offload_namespace, record_message
 
-__all__ = ["auncompact", "record_rewrite", "stored_after", "uncompact"]
+__all__ = ["arecord_numbers", "auncompact", "awrite_record", "record_numbers", "record_rewrite", "stored_after",
+           "uncompact", "write_record"]
 
 logger = logging.getLogger(__name__)
+
+SEARCH_PAGE = 256
+"""Records read per store search when the last record number of a thread is looked up (`record_numbers`)."""
 
 
 def stored_after(before: Sequence[BaseMessage], writes: Sequence[Sequence[BaseMessage]]) -> list[BaseMessage]:
@@ -54,16 +65,57 @@ def stored_after(before: Sequence[BaseMessage], writes: Sequence[Sequence[BaseMe
     return list(out)
 
 
+def _last_stored(thread_id: str) -> Generator[list[Op], list[Any], int]:
+    """The largest record number the store holds for `thread_id` (0: none): every record of its compaction
+    namespace, `SEARCH_PAGE` a search (the stores order a search by recency or insertion, not by key)."""
+    ns = offload_namespace(thread_id, "compaction")
+    last = offset = 0
+    while True:
+        items = (yield [SearchOp(ns, limit=SEARCH_PAGE, offset=offset)])[0]
+        for item in items:
+            if tuple(item.namespace) == ns and item.key.isascii() and item.key.isdigit():
+                last = max(last, int(item.key))
+        if len(items) < SEARCH_PAGE:
+            return last
+        offset += len(items)
+
+
+def _numbering(thread_id: str, memory: Any) -> Generator[list[Op], list[Any], tuple[int, int] | None]:
+    if history_known(memory):
+        return next_numbers(memory)  # the common path: no store call
+    try:
+        stored = yield from _last_stored(thread_id)
+    except Exception as exc:  # noqa: BLE001 - the record serves undo only: the call goes on, unrecorded
+        logger.warning("Could not read the compaction records of thread %r (%s: %s): this call's rewrite of the "
+                       "stored history is not recorded (it cannot be undone)", thread_id, type(exc).__name__, exc)
+        return None
+    return next_numbers(memory, stored)
+
+
+def record_numbers(store: BaseStore, thread_id: str, memory: Any) -> tuple[int, int] | None:
+    """(the number of the call's compaction record, the record the history is at: its "previous"), from the door's
+    memory (`memory`: the previous call's, of this version and mode; no store call when it has a history entry,
+    `history.history_known`), else after the last record number `store` holds for `thread_id` (a new thread, or
+    a memory reset: the history is then at no known record, 0). None when the store raised on that read (logged:
+    the call's rewrite is not recorded)."""
+    return drive(_numbering(thread_id, memory), store.batch)
+
+
+async def arecord_numbers(store: BaseStore, thread_id: str, memory: Any) -> tuple[int, int] | None:
+    """Async twin of `record_numbers` (no sync store call)."""
+    return await adrive(_numbering(thread_id, memory), store.abatch)
+
+
 def record_rewrite(memory: dict[str, Any], previous_memory: Any, before: Sequence[BaseMessage],
                    writes: Sequence[Sequence[BaseMessage]], result: CompactionResult, thread_id: str,
                    number: int, previous: int) -> PutOp | None:
-    """The compaction record of a call (number `number`, at record `previous` before it) that writes `writes` to
-    the stored history `before`, as a `PutOp` in `thread_id`'s compaction namespace; None when the call writes
-    nothing. Sets `memory[HISTORY_KEY]` (`memory`: the call's new memory; `previous_memory`: the one it read):
-    at the new record, or as it was."""
+    """The compaction record of a call (number `number`, at record `previous` before it: `record_numbers`) that
+    writes `writes` to the stored history `before`, as a `PutOp` in `thread_id`'s compaction namespace; None when
+    the call writes nothing. Sets `memory[HISTORY_KEY]` (`memory`: the call's new memory; `previous_memory`: the
+    one it read): at the new record, or as it was (with the last number given, so a memory that had no entry
+    does not read the store again)."""
     if not writes:
-        if history_entry(previous_memory) != (0, 0):
-            memory[HISTORY_KEY] = moved_to(previous_memory, history_entry(previous_memory)[0])
+        memory[HISTORY_KEY] = {"head": previous, "last": max(number - 1, previous)}
         return None
     failed = {f["id"] for f in (result.offload or {}).get("failed", [])}
     record = compaction_record(number, previous, result.triggered, before, stored_after(before, writes),
@@ -72,27 +124,38 @@ def record_rewrite(memory: dict[str, Any], previous_memory: Any, before: Sequenc
     return PutOp(offload_namespace(thread_id, "compaction"), record_key(number), record.value(), index=False)
 
 
-def write_record(store: BaseStore, put: PutOp, memory: dict[str, Any], previous_memory: Any) -> None:
-    """Put a compaction record; when the store raises, log it and leave the memory's entry as it was (that
-    compaction cannot be undone; nothing else is lost)."""
+def _put_once(put: PutOp, memory: dict[str, Any], previous_memory: Any) -> Generator[list[Op], list[Any], None]:
+    """Look the record's key up, then put it unless it is there: a record is written once. A key already taken is
+    a bug (numbers are never given twice): logged, the record skipped and the memory's entry dropped, so the next
+    call numbers after the records the store holds (`record_numbers`)."""
     try:
-        store.batch([put])
+        if (yield [GetOp(put.namespace, put.key)])[0] is not None:
+            logger.error("Compaction record %s of %s is already in the store: not overwritten, this rewrite is not "
+                         "recorded (it cannot be undone); numbers are never given twice, please report it",
+                         put.key, put.namespace[-2])
+            memory.pop(HISTORY_KEY, None)
+            return
+        yield [put]
     except Exception as exc:  # noqa: BLE001 - the record serves undo only: the call goes on
         _failed(put, memory, previous_memory, exc)
+
+
+def write_record(store: BaseStore, put: PutOp, memory: dict[str, Any], previous_memory: Any) -> None:
+    """Put a compaction record unless its key is already in the store (`_put_once`: logged, never overwritten);
+    when the store raises, log it and leave the memory's entry as it was (that compaction cannot be undone;
+    nothing else is lost)."""
+    drive(_put_once(put, memory, previous_memory), store.batch)
 
 
 async def awrite_record(store: BaseStore, put: PutOp, memory: dict[str, Any], previous_memory: Any) -> None:
     """Async twin of `write_record`."""
-    try:
-        await store.abatch([put])
-    except Exception as exc:  # noqa: BLE001 - the record serves undo only: the call goes on
-        _failed(put, memory, previous_memory, exc)
+    await adrive(_put_once(put, memory, previous_memory), store.abatch)
 
 
 def _failed(put: PutOp, memory: dict[str, Any], previous_memory: Any, exc: BaseException) -> None:
     logger.warning("Could not write compaction record %s (%s: %s): it cannot be undone", put.key,
                    type(exc).__name__, exc)
-    if history_entry(previous_memory) != (0, 0):
+    if history_known(previous_memory):
         memory[HISTORY_KEY] = dict(previous_memory[HISTORY_KEY])
     else:
         memory.pop(HISTORY_KEY, None)

@@ -34,9 +34,14 @@ from langgraph.store.base import PutOp
 
 from lc_compaction.agent_request import AgentRequest
 from lc_compaction.compact import CompactionResult, acompact, as_messages, compact
-from lc_compaction.history import next_numbers
 from lc_compaction.integrations.events import Door, event_payload, outcome_payload
-from lc_compaction.integrations.history import awrite_record, record_rewrite, write_record
+from lc_compaction.integrations.history import (
+    arecord_numbers,
+    awrite_record,
+    record_numbers,
+    record_rewrite,
+    write_record,
+)
 from lc_compaction.integrations.offload import OffloadTarget, acompact_offloaded, compact_offloaded
 from lc_compaction.integrations.view import Rebuilt, rebuild_view, view_memory
 from lc_compaction.integrations.writes import adopt_ids, by_id_writes
@@ -298,15 +303,16 @@ class _Planning:
         self.to_compact = self.to_compact[:cut]
         return counter.count_messages(self.tail)
 
-    def numbered(self, offload: OffloadTarget | None, record: bool
-                 ) -> tuple[OffloadTarget | None, tuple[int, int] | None]:
-        """`offload` with the number its records are written under, and (that number, the record the history is
-        at), in rewrite mode when the plan's writes are the stored history's (`record`); else `offload` as it
-        is and None."""
-        if offload is None or self.mode != "rewrite" or not record:
-            return offload, None
-        numbers = next_numbers(self.previous)
-        return dataclasses.replace(offload, compaction=numbers[0]), numbers
+    def recorded(self, record: bool) -> bool:
+        """Whether the call's rewrite is recorded (with offload on): in rewrite mode, when the plan's writes are the
+        stored history's (`record`). Its numbers then come from `integrations.history.record_numbers`."""
+        return self.mode == "rewrite" and record
+
+    @staticmethod
+    def numbered(offload: OffloadTarget | None, numbers: tuple[int, int] | None) -> OffloadTarget | None:
+        """`offload` with the number its records are written under (`numbers`: that number, the record the history
+        is at; None: not recorded, `offload` as it is)."""
+        return offload if offload is None or numbers is None else dataclasses.replace(offload, compaction=numbers[0])
 
     def record(self, plan: CompactionPlan, held: Sequence[BaseMessage] | None, thread_id: str,
                numbers: tuple[int, int]) -> PutOp | None:
@@ -402,7 +408,8 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     the door and the number of stored messages>, "tally": <CountTally.to_dict(): what was counted, so the next
     call counts only the new messages>, "view": <the model input as runs of the stored history and rewritten
     messages (truncated results, summaries), see `lc_compaction.integrations.view`>}`; "view" only in view mode;
-    with offload in rewrite mode, "history": `{"head": int, "last": int}` (`lc_compaction.history`).
+    with offload in rewrite mode, "history": `{"head": int, "last": int}` (`lc_compaction.history`; without it,
+    a reset memory, the numbers go on after the last record the store holds: `integrations.history.record_numbers`).
 
     Raises:
         ValueError: `messages` is empty or cannot be converted; `mode` is unknown.
@@ -416,7 +423,9 @@ def plan_compaction(messages: Sequence[Any], memory: Any, policy: CompactionPoli
     planning = _Planning(messages, memory, mode, door, key)
     extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
-    offload, numbers = planning.numbered(offload, record)
+    numbers = (record_numbers(offload.store, offload.thread_id, planning.previous)
+               if offload is not None and planning.recorded(record) else None)
+    offload = planning.numbered(offload, numbers)
     result = (compact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                       agent_request=agent_request) if offload is None else
               compact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally, repair=repair,
@@ -438,7 +447,9 @@ async def aplan_compaction(messages: Sequence[Any], memory: Any, policy: Compact
     planning = _Planning(messages, memory, mode, door, key)
     extra_tokens += planning.hold_open_tail(policy.counter) if hold_open_tail else 0
     todo, tally, repair = planning.to_compact, planning.tally, policy.repairs_by_default(True)
-    offload, numbers = planning.numbered(offload, record)
+    numbers = (await arecord_numbers(offload.store, offload.thread_id, planning.previous)
+               if offload is not None and planning.recorded(record) else None)
+    offload = planning.numbered(offload, numbers)
     result = (await acompact(todo, policy, extra_tokens=extra_tokens, tally=tally, repair=repair,
                              agent_request=agent_request) if offload is None
               else await acompact_offloaded(todo, policy, offload, extra_tokens=extra_tokens, tally=tally,
