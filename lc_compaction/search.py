@@ -20,7 +20,9 @@ that asked for it (`offload.call_text`: the tool's name and arguments), so a sea
 result of the call that looked it up even when the result does not repeat it. An assistant message's document is
 its words and its calls, but only its words when the results of all its calls are records too: their documents
 hold the calls (a search for a command's words then finds what the command returned, not first the shorter
-message that asked for it).
+message that asked for it). An earlier search's or recall's answer is no document (`markers.LOOKUP_TOOL_NAMES`):
+what it showed is in the records it came from, and a stale answer would outrank them; nor is a lookup call in an
+assistant message's document (its query would match what it looked for).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 
 from lc_compaction._kinds import AI, HUMAN, TOOL, kind
 from lc_compaction.markers import (
+    LOOKUP_TOOL_NAMES,
     RECALL_MESSAGE_TOOL_NAME,
     RECALL_TOOL_NAME,
     SEARCH_TOOL_NAME,
@@ -116,7 +119,7 @@ class Document:
         """What BM25 indexes: the text's tokens and the call's; of an assistant message whose calls all have their
         results among the records (`answered`: their tool_call_ids), its own words only: the results' documents
         hold the calls, and rank for them (a search for a command's words finds what it returned)."""
-        calls = self.message.tool_calls if kind(self.message) == AI else []  # type: ignore[attr-defined]
+        calls = _searchable_calls(self.message) if kind(self.message) == AI else []
         own = self.text
         if self.indexed is not None and calls and all(c.get("id") in answered for c in calls):
             own = self.indexed
@@ -131,16 +134,29 @@ def document(kind_: str, key: str, value: dict[str, Any]) -> Document | None:
         return None
     content = message.content
     text = content if isinstance(content, str) else (message.text or recall_text(content))
-    call = value.get("call") if isinstance(value.get("call"), str) else ""
+    raw = value.get("call")
+    call: str = raw if isinstance(raw, str) else ""
+    if kind(message) == TOOL and (message.name in LOOKUP_TOOL_NAMES or _lookup_call(call)):
+        return None  # an earlier search's or recall's answer: what it showed is the records' own
     indexed = None
     if kind(message) == AI:  # its calls are its own words, in its snippet; ranked with their results (`tokens`)
-        calls = [call_text(c["name"], c.get("args")) for c in message.tool_calls]  # type: ignore[attr-defined]
+        calls = [call_text(c["name"], c.get("args")) for c in _searchable_calls(message)]
         indexed, text, call = text, "\n".join(x for x in (text, *calls) if x), ""
     position = value.get("position")
     compaction = value.get("compaction")
     return Document(kind_, key, message, text, call or "",
                     position if isinstance(position, int) else None,
                     compaction if isinstance(compaction, int) else None, indexed)
+
+
+def _lookup_call(call: str) -> bool:
+    """Whether `call` (`offload.call_text`) is a call of a lookup tool (`markers.LOOKUP_TOOL_NAMES`)."""
+    return call.split("(", 1)[0] in LOOKUP_TOOL_NAMES
+
+
+def _searchable_calls(message: BaseMessage) -> list[dict[str, Any]]:
+    """An assistant message's tool calls but its lookups (a search's query would match what it looked for)."""
+    return [c for c in getattr(message, "tool_calls", None) or [] if c.get("name") not in LOOKUP_TOOL_NAMES]
 
 
 def bm25_ranking(docs: Sequence[Document], query: str) -> list[int]:
@@ -231,18 +247,25 @@ def search_answer(query: str, docs: Sequence[Document], order: Sequence[int], li
     """The tool's answer and its artifact: the first `limit` documents of `order` (indices in `docs`), each a
     line naming it and its handle then its snippet, after one line saying what was searched; at most `cap`
     characters and UTF-8 bytes in all (hits that would pass it are left out, the first one's snippet cut to fit).
-    `searched`: how many records were read. The artifact: `{"query", "hits": [{"kind", "key", "message_id",
-    "compaction", "position"}], "searched"}`."""
+    `searched`: how many records were read. The first line says how many match (`order`'s length), how many
+    follow, and when the size bound left out some of the `limit` asked for. The artifact: `{"query", "hits":
+    [{"kind", "key", "message_id", "compaction", "position"}], "searched", "matched"}`."""
     q = query[:QUERY_CHARS]
     shown = [docs[i] for i in order[:limit]]
     if not shown:
         text = (f"[{SEARCH_TOOL_NAME}: nothing kept from this conversation matches {json.dumps(defang(q))} "
                 f"({searched} kept messages searched)]")
         return text, {"query": query, "hits": [], "searched": searched}
-    head = (f"[{SEARCH_TOOL_NAME}: {len(shown)} of the {searched} kept messages of this conversation match "
-            f"{json.dumps(defang(q))}, best first; each line names the call that reads it whole]")
-    parts = [head]
-    used = _size(head)
+
+    def header(listed: int, cut: bool) -> str:
+        """How many match, how many are shown, and why fewer than asked (the answer's size bound)."""
+        why = " (the answer's size bound leaves out the rest of those asked for)" if cut else ""
+        return (f"[{SEARCH_TOOL_NAME}: {len(order)} of the {searched} kept messages of this conversation match "
+                f"{json.dumps(defang(q))}; the best {listed} follow{why}, best first; each names the call that "
+                f"reads it whole]")
+
+    parts = [""]
+    used = _size(header(len(shown), True))  # the longest header this answer can have
     listed: list[Document] = []
     for doc in shown:
         block = _hit(len(listed) + 1, doc, query, SNIPPET_CHARS)
@@ -256,6 +279,7 @@ def search_answer(query: str, docs: Sequence[Document], order: Sequence[int], li
         parts.append(block)
         used += 1 + _size(block)
         listed.append(doc)
+    parts[0] = header(len(listed), len(listed) < len(shown))
     hits = [{"kind": d.kind, "key": d.key, "message_id": d.message.id, "compaction": d.compaction,
              "position": d.position} for d in listed]
-    return "\n".join(parts), {"query": query, "hits": hits, "searched": searched}
+    return "\n".join(parts), {"query": query, "hits": hits, "searched": searched, "matched": len(order)}

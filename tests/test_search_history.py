@@ -234,3 +234,31 @@ def test_a_search_for_a_command_finds_what_it_returned_first() -> None:
     write_offloads(records, OffloadTarget(store, "t"))
     hits = search_history(store, "t", "python step1.py")[1]["hits"]
     assert hits[0]["kind"] == "tool_result" and hits[0]["key"] == "c1"
+
+
+def test_an_earlier_search_answer_is_no_hit() -> None:
+    """A search's answer, recorded once compacted, holds what it found; searching again finds the original, not
+    the stale answer (nor the assistant message that asked for it): the new user's trial of issue 22."""
+    store = InMemoryStore()
+    correction = HumanMessage("Correction: deploy only to region eu-west-3, ticket OPS-4471.", id="h2")
+    ask = AIMessage("", id="a9", tool_calls=[{"name": SEARCH_TOOL_NAME, "args": {"query": "OPS-4471", "limit": 1},
+                                              "id": "s9"}])
+    answer = tool_result("s9", "t9", "1. user message: recall_message(message_id=\"h2\") | Correction: deploy only to "
+                         "region eu-west-3, ticket OPS-4471.", name=SEARCH_TOOL_NAME)
+    write_offloads([OffloadRecord(correction, "removed"), OffloadRecord(ask, "removed"),
+                    OffloadRecord(answer, "removed", call=call_text(SEARCH_TOOL_NAME, {"query": "OPS-4471"}))],
+                   OffloadTarget(store, "t"))
+    text, found = search_history(store, "t", "OPS-4471", 3)
+    assert [h["message_id"] for h in found["hits"]] == ["h2"] and found["matched"] == 1
+
+
+def test_the_answer_says_how_many_match_and_when_its_bound_left_hits_out() -> None:
+    store = InMemoryStore()
+    _many(store, "small", recall_chars=700)
+    text, found = search_history(store, "small", "alpha", MAX_SEARCH_LIMIT)
+    first = text.splitlines()[0]
+    assert found["matched"] == 30 and first.startswith(f"[{SEARCH_TOOL_NAME}: 30 of the 30 kept messages")
+    assert f"the best {len(found['hits'])} follow" in first and len(found["hits"]) < MAX_SEARCH_LIMIT
+    assert "size bound leaves out" in first
+    text, found = search_history(store, "small", "alpha", 1)
+    assert "size bound" not in text.splitlines()[0] and len(found["hits"]) == 1
