@@ -579,13 +579,11 @@ WHY = (
     "Why the \"call\" query misses the target (read with the misses' categories above, and the examples below). "
     "Coding agents run the same or nearly the same command many times (`python "
     "reproduce_issue.py`, `cat pvlib/temperature.py | sed -n ...`), so the words of a call match every run of it "
-    "and the first three hits are often other runs; and the assistant message that made a call is a record of "
-    "its own whose text holds the call (`search.document`), shorter than the result, so BM25 ranks it first: "
-    "for `bash python reproduce_issue.py` in marshmallow-1343 at 4k, four of the five hits are assistant "
-    "messages, and recalling one gives the call, not its output. The value and the words around it in the "
-    "output find almost every fact; an agent that tries the words around it, then its call words, finds what "
-    "the \"context or call words\" "
-    "column says. "
+    "and the first three hits are often other runs of it, each with another output. (The assistant message that "
+    "made a call no longer outranks the call's output: it is ranked by its own words when its results are "
+    "records too, `search.Document.tokens`.) The value and the words around it in the output find almost every "
+    "fact; an agent that tries the words around it, then its call words, finds what the \"context or call "
+    "words\" column says. "
     "The value's misses are paths named in many records (`src/marshmallow/schema.py`), whose listing is outranked "
     "by the records that mention it more often.")
 
