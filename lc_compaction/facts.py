@@ -804,6 +804,30 @@ def is_guard_line(line: str) -> bool:
     return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX, SAID_PREFIX))
 
 
+class _Extractions:
+    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`), all forgotten
+    when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS` characters of them. A dict's get
+    and set are atomic in CPython: guards used from several threads share it without a lock (a lost entry is read
+    again)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, tuple[tuple[int, Identifier], ...]] = {}
+        self.chars = 0
+
+    def put(self, text: str, found: tuple[tuple[int, Identifier], ...]) -> None:
+        if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
+            self.texts.clear()
+            self.chars = 0
+        self.texts[text] = found
+        self.chars += len(text)
+
+
+_SHARED_EXTRACTIONS = _Extractions()
+"""The extractions of every guard with the built-in patterns (`DEFAULT_PATTERNS`, no extra ones): the same result
+read by a new policy's guard (a restarted door, another thread's policy, the view mode's compaction of the same
+originals) is not read again; what the patterns find depends on the text alone."""
+
+
 class FactGuard:
     """Extracts identifiers and appends the ones a summary misses.
 
@@ -844,8 +868,8 @@ class FactGuard:
                 raise ValueError(f"fact guard pattern {kind!r} does not compile: {exc}") from exc
         self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
         self._fast = {k: _fast(k) for k, expr in base.items() if k in _FAST and DEFAULT_PATTERNS.get(k) == expr}
-        self._cache: dict[str, tuple[tuple[int, Identifier], ...]] = {}
-        self._cache_chars = 0
+        default = patterns is None and not extra_patterns
+        self._cache = _SHARED_EXTRACTIONS if default else _Extractions()
 
     # ------------------------------------------------------------------ extraction
     def extract(self, text: str) -> list[Identifier]:
@@ -913,16 +937,13 @@ class FactGuard:
 
     def _found(self, text: str) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
-        last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters)."""
-        cached = self._cache.get(text)
+        last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the built-in patterns
+        (`_SHARED_EXTRACTIONS`)."""
+        cached = self._cache.texts.get(text)
         if cached is not None:
             return list(cached)
         found = self._search(text)
-        if len(self._cache) >= _EXTRACT_CACHE or self._cache_chars + len(text) > _EXTRACT_CACHE_CHARS:
-            self._cache.clear()
-            self._cache_chars = 0
-        self._cache[text] = tuple(found)
-        self._cache_chars += len(text)
+        self._cache.put(text, tuple(found))
         return found
 
     def _search(self, text: str) -> list[tuple[int, Identifier]]:
