@@ -61,7 +61,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,7 @@ from lc_compaction.integrations.search import search_history
 from lc_compaction.offload import offload_namespace, recall_text, record_message
 from lc_compaction.recall import (
     IDENTIFIER_PATTERNS,
+    argument_strings,
     canonical,
     code_identifiers,
     code_present,
@@ -260,21 +261,8 @@ def _calls(messages: Sequence[BaseMessage]) -> dict[str, str]:
     for m in messages:
         if isinstance(m, AIMessage):
             for tc in m.tool_calls:
-                out[tc.get("id") or ""] = " ".join([tc.get("name") or "", *_strings(tc.get("args"))]).strip()
+                out[tc.get("id") or ""] = " ".join([tc.get("name") or "", *argument_strings(tc.get("args"))]).strip()
     return out
-
-
-def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _strings(v)
-    elif value is not None:
-        yield str(value)
 
 
 def pick_facts(messages: Sequence[BaseMessage]) -> list[Fact]:

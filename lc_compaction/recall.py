@@ -61,9 +61,9 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from lc_compaction._content import content_text
 
-__all__ = ["CODE_PATTERNS", "IDENTIFIER_PATTERNS", "CommandHeld", "Held", "IdentifierTracker", "canonical",
-           "code_identifiers", "code_present", "command_text", "find_identifiers", "message_text", "plain_text",
-           "words"]
+__all__ = ["CODE_PATTERNS", "IDENTIFIER_PATTERNS", "CommandHeld", "Held", "IdentifierTracker", "argument_strings",
+           "canonical", "code_identifiers", "code_present", "command_text", "find_identifiers", "message_text",
+           "plain_text", "words"]
 
 _ID_KEYS = r"(?:reservation|booking|order|confirmation|ticket|transaction)"
 _MONEY_KEYS = r"(?:price|amount|balance|total|cost|fee|refund)"
@@ -178,15 +178,17 @@ def plain_text(message: BaseMessage) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _strings(value: object) -> Iterable[str]:
+def argument_strings(value: object) -> Iterable[str]:
+    """The string values of a tool call's arguments `value` (nested dicts, lists and tuples too, in order; other
+    non-None values as `str`): the words of a command, as `command_text` and the recall exam read them."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for v in value.values():
-            yield from _strings(v)
+            yield from argument_strings(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            yield from _strings(v)
+            yield from argument_strings(v)
     elif value is not None:
         yield str(value)
 
@@ -196,7 +198,7 @@ def command_text(message: BaseMessage) -> str:
     as written by `str`), one a line; "" for a message without tool calls."""
     if not isinstance(message, AIMessage):
         return ""
-    return "\n".join(s for tc in message.tool_calls for s in _strings(tc.get("args")))
+    return "\n".join(s for tc in message.tool_calls for s in argument_strings(tc.get("args")))
 
 
 def code_identifiers(text: str) -> dict[str, str]:
