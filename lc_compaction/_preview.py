@@ -66,6 +66,15 @@ def gapless(preview_text: str) -> str:
     return _GAP_RE.sub("[...]", preview_text) if "[... " in preview_text else preview_text
 
 
+def quoted(preview_text: str) -> str:
+    """`preview_text` as a note writes it: a JSON string (one line, its quotes and line breaks escaped), each line
+    break followed by a space (`\\n ` in the JSON). A value at a line's start is then not glued to the escape:
+    `\\nsrc/x.py:12` reads as `nsrc/x.py:12` to a whole-word test (the fact guard's presence rule, a model's
+    tokenizer), `\\n src/x.py:12` as the path (a grep's or a traceback's lines start with what the next command
+    needs). Read back with `json.loads`: the lines after the first start with that space."""
+    return json.dumps(preview_text.replace("\n", "\n "), ensure_ascii=False)
+
+
 def _squash(line: str) -> str:
     line = " ".join(line.split())
     return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 3] + "..."

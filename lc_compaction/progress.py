@@ -83,7 +83,7 @@ from lc_compaction._content import (
 )
 from lc_compaction._kinds import AI, TOOL, kind
 from lc_compaction._presence import Presence
-from lc_compaction._preview import gapless, preview, signal_lines
+from lc_compaction._preview import gapless, preview, quoted, signal_lines
 from lc_compaction.markers import (
     FACTS_SEPARATOR,
     MARK_KEY,
@@ -191,7 +191,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
         size, start, listed, failure = _result_facts(result)
         full = start
         error = f", {failure}" if failure else ""
-        head += f" -> {size:,} characters{error}: " + json.dumps(preview(start, PREVIEW_CHARS), ensure_ascii=False)
+        head += f" -> {size:,} characters{error}: " + quoted(preview(start, PREVIEW_CHARS))
         if recall is not None:
             tail = f" | {RECALL_TOOL_NAME}(tool_call_id={json.dumps(recall)})"
     line = defang(head + tail)

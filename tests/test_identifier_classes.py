@@ -309,6 +309,7 @@ def test_a_test_runs_note_keeps_its_head_its_end_its_error_lines_and_its_size_in
     text = pytest_log(10_000)
     note = TruncateToolResults(preview_chars=300).note(ToolMessage(text, tool_call_id="c", name="bash"))
     shown = json.loads(note[note.index("preview: ") + len("preview: "):].split('"; identifiers')[0] + '"')
+    shown = shown.replace("\n ", "\n")  # `_preview.quoted` writes a space after each line break
     assert f"had {len(text):,} characters in {line_count(text):,} lines" in note
     assert shown.startswith("<returncode>1</returncode>\n")
     assert "FAILED tests/test_schema.py::test_load - AssertionError" in shown

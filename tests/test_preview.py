@@ -54,3 +54,21 @@ def test_a_json_text_is_read_as_json_reads_it(value, cut, indent):
 def test_the_edges_where_the_parsers_differ_are_json_s(text):
     assert _same(_json(text), _reference(text))
     assert preview(text, 8) == preview(text, 8)  # deterministic either way
+
+
+def test_a_value_at_a_line_start_is_not_glued_to_the_escaped_line_break():
+    """A note writes its preview as a JSON string: `\\nsrc/b.py:12` reads as `nsrc/b.py:12` to a whole-word test,
+    so each line break is followed by a space (`_preview.quoted`), in a truncation note and a progress line."""
+    from langchain_core.messages import ToolMessage
+
+    from lc_compaction._preview import quoted
+    from lc_compaction.facts import contains
+    from lc_compaction.progress import call_line
+    from lc_compaction.strategies import TruncateToolResults
+
+    text = "grep -n found 3 lines\nsrc/b.py:12: x = 1\nUA-12 booked\n" + "filler line\n" * 80
+    assert json.loads(quoted("a\nb")) == "a\n b"
+    note = TruncateToolResults().note(ToolMessage(text, tool_call_id="c", id="t", name="grep"))
+    line = call_line({"name": "grep", "args": {"q": "x"}, "id": "c"}, ToolMessage(text, tool_call_id="c", id="t"))
+    for written in (note, line):
+        assert contains(written, "src/b.py:12") and contains(written, "UA-12"), written

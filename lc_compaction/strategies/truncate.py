@@ -30,7 +30,7 @@ from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text, tool_failure
 from lc_compaction._kinds import TOOL, kind
-from lc_compaction._preview import gapless, line_count, preview
+from lc_compaction._preview import gapless, line_count, preview, quoted
 from lc_compaction.ladder import LadderState, SyncStrategy
 from lc_compaction.markers import (
     MARK_KEY,
@@ -145,7 +145,7 @@ class TruncateToolResults(SyncStrategy):
         listed = "" if lookup else self._identifiers(text, gapless(shown), tool)
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
-                f"{NOTE_PREVIEW}{json.dumps(shown, ensure_ascii=False)}"
+                f"{NOTE_PREVIEW}{quoted(shown)}"
                 f"{listed}{hint}]")
 
     def _identifiers(self, text: str, preview: str, tool: str | None) -> str:
