@@ -655,14 +655,23 @@ def _items(identifiers: Sequence[Identifier], max_chars: int) -> list[str]:
     return [_item(i) if keyed else i.value for i in identifiers]
 
 
-_DIGIT_RUN = re.compile(r"\d+")
+_HEX_RUN = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|[0-9a-f]*\d[0-9a-f]*")
+"""A UUID (case-folded), or a run of hexadecimal digits with a decimal digit in it, as long as it goes."""
+
+
+def _run_shape(m: re.Match[str]) -> str:
+    run = m.group()
+    return "0" if run.isdigit() else "x-x-x-x-x" if len(run) == 36 and run[8] == "-" else "x"
 
 
 def shape(value: str) -> str:
-    """The shape of an identifier's value: the value case-folded, each run of digits written `0`. Values of one
-    shape differ only in their digits: the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`,
-    its sequential numbers and numbered ids (`job 40012`, `HAT170`)."""
-    return _DIGIT_RUN.sub("0", value.casefold())
+    """The shape of an identifier's value: the value case-folded, each UUID written `x-x-x-x-x` and each run of
+    hexadecimal digits that holds a decimal digit written `0` when it is all decimal, else `x`. Values of one shape differ only in their digits:
+    the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`, its sequential numbers and numbered ids
+    (`job 40012`, `HAT170`), and the request, trace and span ids or UUIDs a log writes on every line
+    (`9f86d081884c7d65`, `123e4567-e89b-...`: a new user's trial of issue 20 found a span id on every line taking a
+    log's whole list, each span id a shape of its own when only decimal runs were folded)."""
+    return _HEX_RUN.sub(_run_shape, value.casefold())
 
 
 def rarity_order(values: Sequence[str], *, newest_first: bool = True) -> list[int]:
