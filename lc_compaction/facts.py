@@ -666,11 +666,11 @@ def _run_shape(m: re.Match[str]) -> str:
 
 def shape(value: str) -> str:
     """The shape of an identifier's value: the value case-folded, each UUID written `x-x-x-x-x` and each run of
-    hexadecimal digits that holds a decimal digit written `0` when it is all decimal, else `x`. Values of one shape differ only in their digits:
-    the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`, its sequential numbers and numbered ids
-    (`job 40012`, `HAT170`), and the request, trace and span ids or UUIDs a log writes on every line
-    (`9f86d081884c7d65`, `123e4567-e89b-...`: a new user's trial of issue 20 found a span id on every line taking a
-    log's whole list, each span id a shape of its own when only decimal runs were folded)."""
+    hexadecimal digits that holds a decimal digit written `0` when it is all decimal, else `x`. Values of one
+    shape differ only in their digits: the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`, its
+    sequential numbers and numbered ids (`job 40012`, `HAT170`), and the request, trace and span ids or UUIDs a log
+    writes on every line (`9f86d081884c7d65`, `123e4567-e89b-...`: a new user's trial of issue 20 found a span id
+    on every line taking a log's whole list, each span id a shape of its own when only decimal runs were folded)."""
     return _HEX_RUN.sub(_run_shape, value.casefold())
 
 

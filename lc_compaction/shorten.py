@@ -44,19 +44,32 @@ from lc_compaction._content import (
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction._preview import gap
 from lc_compaction.dedup import content_sha256
-from lc_compaction.facts import LISTED_IDENTIFIER_CHARS, FactGuard, identifiers_beyond, tool_names, tool_of
+from lc_compaction.facts import (
+    LISTED_IDENTIFIER_CHARS,
+    SAID_PREFIX,
+    FactGuard,
+    identifiers_beyond,
+    parse_facts,
+    tool_names,
+    tool_of,
+)
 from lc_compaction.ladder import LadderState
 from lc_compaction.markers import (
     ARGUMENT_CUT_MARKER,
     CUT_IDENTIFIERS,
     ITEMS_CUT_KEY,
+    LOOKUP_TOOL_NAMES,
     ITEMS_CUT_MARKER,
     MARK_KEY,
     SHORTENED_MARKER,
+    SEARCH_HINT,
     before_cut,
     cut_listing,
+    dropped_marker_facts,
+    is_dropped_marker,
     is_shortened,
     is_summary,
+    make_dropped_marker,
     read_truncation_note,
 )
 from lc_compaction.offload import recall_hint
@@ -258,8 +271,9 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         recall: the store key of the original when it is offloaded (`LadderState.recall_key`): the marker says
             how to recall it.
         beyond: `beyond(text, kept)` -> the identifiers of the text removed to list in the marker (fenced:
-            `facts.identifiers_beyond`), given the whole text and the text kept (block texts joined by newlines);
-            None or with `recall` (the recall gives them back): none listed.
+            `facts.identifiers_beyond`), given the whole text and the text kept (block texts joined by newlines),
+            with `recall` too (before its hint: issue 20, class 12, offload on keeps what offload off keeps); None:
+            none listed.
 
     The content gets its marker when something of it was removed; `response_metadata["lc_compaction"]` says what
     was cut (`original_chars` of text, `removed_blocks`, `cut_tool_calls` ids and `removed_argument_chars`).
@@ -274,7 +288,7 @@ def shorten(message: BaseMessage, keep_chars: int, *, drop_media: bool | int = F
         update, cut_ids, removed_args = _cut_calls(message, args_fraction)
         content = update.get("content", content)
     what = "result" if message.type == "tool" else "message"
-    list_for = beyond if recall is None else None
+    list_for = beyond
     if isinstance(content, str):
         kept_text, kept = (_head_and_tail(content, keep_chars) if message.type == "tool"
                            else (content[:keep_chars], min(keep_chars, len(content))))
@@ -355,7 +369,8 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
     messages that are not pinned are cut down toward it rather than just to the budget, so that the next calls
     have room to grow before anything is cut again (a cut that leaves the history at the budget is redone at the
     next call, breaking the cached prefix each time).
-    Pinned messages and summaries (their fact lines end them) are only ever cut to fit the budget; the most recent
+    Pinned messages, summaries and drop markers (their fact lines end them; a marker is rebuilt with its said line
+    whole, `_shrink_marker`) are only ever cut to fit the budget; the most recent
     step (the results the model has not read yet) is cut to leave room for one more step as large as it was:
     toward `max(goal, budget - its tokens)`, so that a result too large for the window is not cut to fit exactly
     the budget and then cut again at the next call.
@@ -435,11 +450,44 @@ def last_resort(state: LadderState, budget: int, goal: int | None = None) -> Non
                 deferred.add(i)
                 continue
         tried.add(i)
-        if i == latest or slots[i].pinned or i in noted or is_summary(slots[i].message):
+        if (i == latest or slots[i].pinned or i in noted or is_summary(slots[i].message)
+                or is_dropped_marker(slots[i].message)):
             level = budget
         else:
             level = max(low, budget - recent_tokens) if i in recent else low
-        _cut_to_fit(state, i, want=max(slots[i].tokens - (state.total() - level), 1))
+        want = max(slots[i].tokens - (state.total() - level), 1)
+        if not (is_dropped_marker(slots[i].message) and _shrink_marker(state, i, want)):
+            _cut_to_fit(state, i, want=want)
+
+
+def _shrink_marker(state: LadderState, i: int, want: int) -> bool:
+    """Replace the drop marker `i` by one that costs at most `want` tokens and keeps its said line whole (a user's
+    correction is words: a cut at the end of the text took it with the facts after it, for good, since the cut
+    marker is what a later drop extends) and as many of its listed identifiers as fit, chosen as a bound chooses
+    them (`FactGuard.facts_line`: `facts.choose`, one of each shape a round), not the head of its lines; whether it
+    did (False: even its said line alone does not fit, and it is cut like any message)."""
+    message = state.slots[i].message
+    facts = dropped_marker_facts(message)
+    said = "\n".join(line for line in facts.splitlines() if line.startswith(SAID_PREFIX))
+    hint = isinstance(message.content, str) and f"\n{SEARCH_HINT}" in message.content
+
+    def marker(lines: str) -> BaseMessage:
+        return make_dropped_marker(message_id=message.id, facts="\n".join(x for x in (said, lines) if x), hint=hint)
+
+    count = state.counter.count_message
+    room = want - count(marker(""))
+    if room < 0:
+        return False
+    listed, _ = _GUARD.facts_line(parse_facts(facts), state.counter.count_text, room) if room else ("", 0)
+    new = marker(listed)
+    tokens = count(new)
+    if tokens > want:
+        new, tokens = marker(""), want - room
+    if tokens >= state.slots[i].tokens:
+        return False
+    state.replace(i, new, strategy="last_resort", kind="shortened", tokens=tokens,
+                  detail="drop marker: its said line kept whole, its identifiers bounded to fit the budget")
+    return True
 
 
 def _count(state: LadderState, i: int, budget: int) -> bool:
@@ -493,6 +541,8 @@ def _beyond(state: LadderState, message: BaseMessage, want: int) -> Callable[[st
     if kind(message) != TOOL:
         return None
     tool = tool_of(message, tool_names(state.messages))  # type: ignore[arg-type]
+    if tool in LOOKUP_TOOL_NAMES and state.recall_key(message) is not None:
+        return None  # a lookup answer's identifiers are the looked-up originals' (as a truncation note's)
 
     def beyond(text: str, kept: str) -> str:
         listed = cut_listing(text)
@@ -521,7 +571,7 @@ def _cut_to_fit(state: LadderState, i: int, *, want: int) -> None:
     beyond = _beyond(state, message, want)
     # each try is first made without the identifiers it would list (`beyond`: the costliest step of a cut of an
     # identifier-dense result), and listed only when it leaves room for them (`_listing_reserve`) or keeps nothing
-    reserve = _listing_reserve(want) if beyond is not None and recall is None else 0
+    reserve = _listing_reserve(want) if beyond is not None else 0
     for dropped in range(media + 1):
         keep = length if dropped else int(length * want / max(tokens, 1))
         while True:

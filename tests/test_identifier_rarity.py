@@ -17,16 +17,22 @@ offload metadata.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
 from lc_compaction import CompactionPolicy, DropOldExchanges, compact
 from lc_compaction.facts import FactGuard, choose, fits_chars, message_text, rarity_order, shape
+from lc_compaction.integrations import CompactionMiddleware
 from lc_compaction.markers import PROGRESS_PREFIX, RECALL_TOOL_NAME, dropped_marker_facts, is_dropped_marker
 from lc_compaction.offload import preview
+from tests.agent_replay import ReplayChatModel
 from tests.builders import ai_call, tool_result
 from tests.oracle import load_traces
 
@@ -267,8 +273,6 @@ def test_an_id_on_every_line_counts_as_one_shape(per_line):
     """A request, trace or span id on every line of a log (hexadecimal, or a UUID) is one shape, as its timestamps
     are: it does not take the note's whole list from the rare ids (a new user's trial of issue 20: a 16-digit span
     id on every line, each its own shape while only decimal runs were folded, left none of the rare ids listed)."""
-    import hashlib
-
     def span(k: int) -> str:
         h = hashlib.sha256(str(k).encode()).hexdigest()
         return h[:16] if per_line == "span" else f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
@@ -286,3 +290,38 @@ def test_an_id_on_every_line_counts_as_one_shape(per_line):
     (note,) = [m for m in result.messages if m.id == "t0"]
     assert "truncated" in note.text
     assert [value for value in rare if value not in note.text] == []
+
+
+@pytest.mark.parametrize("window", [1_500, 2_500])
+def test_a_correction_survives_the_last_resort_cutting_its_drop_marker(window):
+    """A new user's trial of issue 20 (class 8), through `create_agent`: a correction given early, then routine
+    turns with tool logs; once the newest log needs the room, the last resort cut the drop marker at its end, the
+    said line with it, and the cut marker is what later drops extend: the correction was gone for good (37 of 84
+    calls). A marker is now only cut to fit the budget, and rebuilt with its said line whole."""
+
+    @tool
+    def read_log(job: int) -> str:
+        """Read a job's log."""
+        return "\n".join(f"2024-05-{10 + job % 20:02d}T12:{k % 60:02d}:{k * 7 % 60:02d}Z line {k} job {job}: step ok"
+                         for k in range(50 + job * 37 % 250))
+
+    reply = "Status is nominal; the pipeline is healthy and there is nothing else to report. " * 3
+    turns = ["Please set up the ingestion for dataset orders-eu.", CORRECTION,
+             *(f"How is it going now, any news on step {k}? Anything odd?" for k in range(20))]
+    script: list = []
+    for n in range(len(turns)):
+        if n % 2 == 0:
+            script.append(AIMessage("", tool_calls=[{"name": "read_log", "args": {"job": n}, "id": f"call_{n}",
+                                                     "type": "tool_call"}]))
+        script.append(AIMessage(reply))
+    model = ReplayChatModel(messages=iter(script))
+    agent = create_agent(model, [read_log], system_prompt="You are an ops agent.", checkpointer=InMemorySaver(),
+                         middleware=[CompactionMiddleware(max_input_tokens=window)])
+    config = {"configurable": {"thread_id": "ops"}}
+    for turn in turns:
+        agent.invoke({"messages": [{"role": "user", "content": turn}]}, config)
+    inputs = ["\n".join(m.text for m in call) for call in model.calls]
+    assert len(inputs) == len(script)
+    compacted = [text for text in inputs if "earlier messages of this conversation were left out" in text]
+    assert len(compacted) > 10, "the window should force drops"
+    assert [k for k, text in enumerate(inputs) if k > 1 and CORRECTION not in text] == []

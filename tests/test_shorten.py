@@ -238,9 +238,12 @@ def test_a_cut_results_listed_identifiers_survive_its_later_truncation():
     assert listed[0] in note and "cut by" not in note.split("identifiers beyond the preview")[1]
 
 
-def test_a_cut_with_offload_lists_no_identifiers_the_recall_gives_them_back():
-    """With a recall key the marker says how to read the original back and lists nothing (as a truncation note)."""
+def test_a_cut_with_offload_lists_its_identifiers_before_the_recall_hint():
+    """With a recall key the marker lists the identifiers of what it cut, then says how to read the original back,
+    as a truncation note does (issue 20, class 12: offload on keeps what offload off keeps; a new user's trial found
+    a result cut with offload on listing none of its rare ids, and a drop marker later reading none from it)."""
     history, _ = _listing_history(120)
     cut = shorten(history[-1], 200, recall="k1", beyond=lambda text, kept: "<untrusted_tool_data>t: X</...>")
-    assert CUT_IDENTIFIERS not in cut.content
+    assert CUT_IDENTIFIERS in cut.content and "recall_tool_result" in cut.content
+    assert cut.content.index(CUT_IDENTIFIERS) < cut.content.index("recall_tool_result")
     assert CUT_IDENTIFIERS in shorten(history[-1], 200, beyond=lambda text, kept: "X").content

@@ -21,7 +21,6 @@ Parameter names follow LangChain's `ClearToolUsesEdit` (`keep`, `exclude_tools`)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
