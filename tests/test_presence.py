@@ -66,6 +66,8 @@ def test_presence_answers_what_the_regular_expression_answers(text, value, index
         expected = _reference_spans(text, value)
         assert presence.spans(value) == expected
         assert (value in presence) == bool(expected)
+        assert Presence(text).lacks(value) == (not expected)  # its fast path first, on a fresh one
+        assert presence.lacks(value) == (not expected)
 
 
 @settings(max_examples=300, deadline=None)
@@ -81,6 +83,7 @@ def test_a_presence_grown_a_line_at_a_time_is_that_of_the_joined_text(lines, val
         assert presence.text() == joined
         assert presence.spans(value) == _reference_spans(joined, value)
         assert (value in presence) == bool(_reference_spans(joined, value))
+        assert presence.lacks(value) == (not _reference_spans(joined, value))
 
 
 def test_the_word_index_is_built_only_when_it_pays() -> None:
