@@ -47,6 +47,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from lc_compaction._memo import remembers
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
 from lc_compaction._presence import folded, presence
@@ -824,16 +825,20 @@ class _Extractions:
 
     def put(self, text: str, found: tuple[tuple[int, Identifier], ...]) -> None:
         if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
-            self.texts.clear()
-            self.chars = 0
+            self.clear()
         self.texts[text] = found
         self.chars += len(text)
+
+    def clear(self) -> None:
+        self.texts.clear()
+        self.chars = 0
 
 
 _SHARED_EXTRACTIONS = _Extractions()
 """The extractions of every guard with the built-in patterns (`DEFAULT_PATTERNS`, no extra ones): the same result
 read by a new policy's guard (a restarted door, another thread's policy, the view mode's compaction of the same
-originals) is not read again; what the patterns find depends on the text alone."""
+originals) is not read again; what the patterns find depends on the text alone. Forgotten by `_memo.clear`."""
+remembers(_SHARED_EXTRACTIONS.clear)
 
 
 class FactGuard:
@@ -878,6 +883,13 @@ class FactGuard:
         self._fast = {k: _fast(k) for k, expr in base.items() if k in _FAST and DEFAULT_PATTERNS.get(k) == expr}
         default = patterns is None and not extra_patterns
         self._cache = _SHARED_EXTRACTIONS if default else _Extractions()
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the guard extracts with the built-in patterns alone (`DEFAULT_PATTERNS`, no extra ones): then
+        what it finds in a text is what every such guard finds (they share their extractions,
+        `_SHARED_EXTRACTIONS`), and what is made of it may be shared too (`strategies.truncate`'s notes)."""
+        return self._cache is _SHARED_EXTRACTIONS
 
     # ------------------------------------------------------------------ extraction
     def extract(self, text: str) -> list[Identifier]:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import message_to_dict
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction import _presence
+from lc_compaction import _memo, _presence
 from lc_compaction._presence import Presence, contains, occurrences
 from lc_compaction.replay import replay_conversation
 from tests.case_policy import policy_for
@@ -113,7 +113,9 @@ def _with_reference_presence(monkeypatch: pytest.MonkeyPatch) -> None:
     """Put the regular expression in place of `Presence`'s answers (the rule as it was)."""
     monkeypatch.setattr(Presence, "__contains__", lambda self, i: bool(_regex(_presence._value(i)).search(self.text())))
     monkeypatch.setattr(Presence, "spans", lambda self, i: _reference_spans(self.text(), _presence._value(i)))
+    monkeypatch.setattr(Presence, "lacks", lambda self, i: not _regex(_presence._value(i)).search(self.text()))
     _presence.presence.cache_clear()
+    _memo.clear()  # nothing remembered of the run with `Presence` (the notes are made again)
 
 
 @functools.cache
