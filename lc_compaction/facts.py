@@ -814,16 +814,18 @@ def is_guard_line(line: str) -> bool:
 
 
 class _Extractions:
-    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`), all forgotten
-    when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS` characters of them. A dict's get
-    and set are atomic in CPython: guards used from several threads share it without a lock (a lost entry is read
-    again)."""
+    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`) as (start,
+    value, kind), all forgotten when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS`
+    characters of them. Tuples of strings and numbers, which the garbage collector stops tracking: a cache of
+    `Identifier` objects (hundreds of thousands for identifier-dense results) made every full collection of the
+    process walk them all, a pause of its own in whichever call it fell on. A dict's get and set are atomic in
+    CPython: guards used from several threads share it without a lock (a lost entry is read again)."""
 
     def __init__(self) -> None:
-        self.texts: dict[str, tuple[tuple[int, Identifier], ...]] = {}
+        self.texts: dict[str, tuple[tuple[int, str, str], ...]] = {}
         self.chars = 0
 
-    def put(self, text: str, found: tuple[tuple[int, Identifier], ...]) -> None:
+    def put(self, text: str, found: tuple[tuple[int, str, str], ...]) -> None:
         if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
             self.clear()
         self.texts[text] = found
@@ -1038,9 +1040,9 @@ class FactGuard:
         (`_SHARED_EXTRACTIONS`)."""
         cached = self._cache.texts.get(text)
         if cached is not None:
-            return list(cached)
+            return [(start, Identifier(value, kind)) for start, value, kind in cached]
         found = self._search(text)
-        self._cache.put(text, tuple(found))
+        self._cache.put(text, tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
     def _search(self, text: str) -> list[tuple[int, Identifier]]:

@@ -203,7 +203,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     def seen(i: Identifier) -> bool:  # in the note's earlier lines or in this line (`known`, a newline, `line`)
         if "\n" in i.value:
             return contains(f"{earlier.text()}\n{line}", i)
-        return i in earlier or i in in_line
+        return not (earlier.lacks(i) and in_line.lacks(i))  # most are in neither: `lacks` tells at once
 
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     own = f"{said}\n{args_text}"
