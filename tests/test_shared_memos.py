@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lc_compaction import _memo
+from lc_compaction import _memo, progress
 from lc_compaction.facts import _SHARED_EXTRACTIONS, FactGuard
 from lc_compaction.strategies import truncate
 from lc_compaction.strategies.truncate import TruncateToolResults
@@ -53,3 +53,27 @@ def test_notes_are_shared_by_strategies_of_the_built_in_guard(monkeypatch: pytes
     assert not _SHARED_EXTRACTIONS.texts and not truncate._SHARED_NOTES.notes
     made.clear()
     assert TruncateToolResults().note(result) == first and len(made) == 1
+
+
+def test_progress_lines_are_remembered_with_the_built_in_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`progress.call_line` gives the same line from memory (a history folded again), made once per call, result,
+    `said`, earlier lines and recall key; with another guard it is made each time; `_memo.clear` forgets it."""
+    made: list[int] = []
+    original = progress._call_line
+    monkeypatch.setattr(progress, "_call_line", lambda *a: made.append(1) or original(*a))
+    _memo.clear()
+    call = {"name": "write_file", "id": "c1", "args": {"path": "src/m.py", "content": TEXT}}
+    result = tool_result("c1", "t1", "wrote src/m.py (200 lines)", name="write_file")
+    guard = FactGuard()
+    line = progress.call_line(call, result, guard=guard, known="- earlier(x)")
+    assert progress.call_line(dict(call), result, guard=FactGuard(), known="- earlier(x)") == line
+    assert len(made) == 1
+    progress.call_line(call, result, guard=guard, known="- earlier(#W1000007)")  # other earlier lines: made
+    assert len(made) == 2
+    assert progress.call_line(call, None, guard=guard, known="- earlier(x)") != line
+    custom = FactGuard(["ZX\\d+"])
+    progress.call_line(call, result, guard=custom, known="- earlier(x)")
+    progress.call_line(call, result, guard=custom, known="- earlier(x)")
+    assert len(made) == 5
+    _memo.clear()
+    assert progress.call_line(call, result, guard=guard, known="- earlier(x)") == line and len(made) == 6
