@@ -22,8 +22,10 @@ an 80% trigger; 2.0: twice the window, e.g. a long session resumed with a smalle
 `FIRING_TRIGGER` and `FIRING_TARGET` (80% and 60% of the window: the anchors' trigger and trim size below, and the
 policy defaults these rows were first measured with; the default policy now compacts only when the call would not
 fit, i.e. not at 0.85), so what is timed is the same work as the anchors' and as earlier RESULTS.md. Our rows
-count ``prefix`` first (the previous call did), untimed, with a fresh counter per sample; then the timed call
-counts the new exchange and compacts (the node gets the memory that previous call stored). Every call is checked
+count ``prefix`` first (the previous call did), untimed, with a fresh counter per sample and the process's memos
+of the texts cleared (`lc_compaction._memo.clear`: nothing of an earlier sample's extractions or notes is
+remembered); then the timed call counts the new exchange and compacts (the node gets the memory that previous call
+stored). Every call is checked
 to have compacted and to fit.
 
 Anchors (LangChain, same process, same histories):
@@ -72,7 +74,7 @@ from langgraph.runtime import Runtime
 
 from benchmarks.session import call_points, cut_at
 from benchmarks.timing import Timed
-from lc_compaction import CompactionPolicy, TiktokenCounter, compact
+from lc_compaction import CompactionPolicy, TiktokenCounter, _memo, compact
 from lc_compaction.integrations.langgraph import CompactionNode
 from lc_compaction.integrations.middleware import CompactionMiddleware
 
@@ -493,6 +495,7 @@ def firing_cells(sit: Situation, fill: float) -> list[Cell]:
         return counter
 
     def compact_setup(i: int) -> tuple[CompactionPolicy, Any]:
+        _memo.clear()  # nothing remembered of an earlier sample's texts (a first compaction, as in a new process)
         counter = primed_counter()
         previous = compact(prefix, CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=counter))
         return firing_policy(counter), previous.tally
@@ -503,6 +506,7 @@ def firing_cells(sit: Situation, fill: float) -> list[Cell]:
         return check
 
     def node_setup(i: int) -> tuple[CompactionNode, dict]:
+        _memo.clear()
         counter = primed_counter()
         # the previous model call (nothing to compact then): its memory carries the count tally
         memory = CompactionNode(CompactionPolicy(max_input_tokens=STEADY_WINDOW, token_counter=counter)).invoke(

@@ -14,10 +14,12 @@ What is measured (nothing here asserts speed; the targets are printed as met or 
   and ``fuzz`` (random histories from a seeded generator of identifier-dense tool results, one compaction each).
   A compaction is timed as a front door makes it: the messages were counted when they arrived (the per-message
   count cache is warm: one untimed compaction of an equal copy first), and the timed call gets fresh message
-  objects; by the policy that compacted it before (its notes remembered, as in the view mode) and by a new
-  policy with the same counter (a first compaction of counted messages). Median and maximum over the repeats
-  (over the histories for ``fuzz``), in milliseconds. The first call (a new policy and counter: nothing cached,
-  the messages counted too) is reported beside them.
+  objects; by the policy that compacted it before (its notes remembered, as in the view mode), by a new
+  policy with the same counter (a policy built per request: what the process remembers of the texts is shared,
+  `lc_compaction._memo`), and by a new policy after `_memo.clear()` (a first compaction of counted messages in a
+  new process: nothing of ours remembered but the counts). Median and maximum over the repeats (over the
+  histories for ``fuzz``), in milliseconds. The first call (a new policy and counter, the memos cleared: nothing
+  cached, the messages counted too) is reported beside them; the agent loop starts with the memos cleared.
 - **Arrival edits.** Sessions of 250 to 8,000 messages joined from the shared conversations (``session.py``) at a
   window large enough that nothing needs compacting; the agent loop's call ``compact(previous.messages + new,
   tally=previous.tally)`` after appending a tool exchange whose result is new, or repeats an earlier result (an
@@ -51,7 +53,7 @@ from langgraph.runtime import Runtime
 from benchmarks.session import build_session, interleaved_records
 from benchmarks.machine import machine_info
 from tests.shared_data import traces_dir as default_traces_dir
-from lc_compaction import CompactionPolicy, acompact, compact
+from lc_compaction import CompactionPolicy, _memo, acompact, compact
 from lc_compaction.replay import replay_conversation
 
 WINDOW = 8_000
@@ -173,11 +175,13 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, build in (("orders", orders), ("records", records), ("coding", coding)):
         history = build()
+        _memo.clear()
         t0 = time.perf_counter_ns()
         first = compact(_fresh(history), CompactionPolicy(max_input_tokens=WINDOW))
         first_ms = _ms(time.perf_counter_ns() - t0)
+        _memo.clear()
         looped = _loop(history, policy)
-        samples, fresh = [], []
+        samples, fresh, cold = [], [], []
         for _ in range(repeat):
             msgs = _fresh(history)
             t0 = time.perf_counter_ns()
@@ -188,24 +192,39 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
             t0 = time.perf_counter_ns()
             compact(msgs, new_policy)
             fresh.append(_ms(time.perf_counter_ns() - t0))
+            msgs = _fresh(history)
+            new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
+            _memo.clear()
+            t0 = time.perf_counter_ns()
+            compact(msgs, new_policy)
+            cold.append(_ms(time.perf_counter_ns() - t0))
         out[name] = {"messages": len(history), "chars": sum(len(str(m.content)) for m in history),
                      "median_ms": statistics.median(samples), "max_ms": max(samples), "first_call_ms": first_ms,
                      "new_policy_median_ms": statistics.median(fresh), "new_policy_max_ms": max(fresh),
+                     "cold_median_ms": statistics.median(cold), "cold_max_ms": max(cold),
                      "tokens_before": first.tokens_before, "tokens_after": first.tokens_after,
                      "stop_reason": first.stop_reason, "samples": len(samples),
                      "loop_compactions": len(looped), "loop_median_ms": statistics.median(looped) if looped else None,
                      "loop_max_ms": max(looped) if looped else None}
-    samples, firsts, sizes, looped, fresh = [], [], [], [], []
+    samples, firsts, sizes, looped, fresh, cold = [], [], [], [], [], []
     for seed in range(fuzz):
         history = fuzzed(seed)
+        _memo.clear()
         t0 = time.perf_counter_ns()
         compact(_fresh(history), CompactionPolicy(max_input_tokens=WINDOW))
         firsts.append(_ms(time.perf_counter_ns() - t0))
+        _memo.clear()
         looped += _loop(history, policy)
         msgs = _fresh(history)
         t0 = time.perf_counter_ns()
         compact(msgs, CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter))
         fresh.append(_ms(time.perf_counter_ns() - t0))
+        msgs = _fresh(history)
+        new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
+        _memo.clear()
+        t0 = time.perf_counter_ns()
+        compact(msgs, new_policy)
+        cold.append(_ms(time.perf_counter_ns() - t0))
         msgs = _fresh(history)
         t0 = time.perf_counter_ns()
         compact(msgs, policy)
@@ -214,6 +233,7 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
     out["fuzz"] = {"messages": f"{min(sizes)}-{max(sizes)}", "histories": fuzz, "median_ms": statistics.median(samples),
                    "max_ms": max(samples), "first_call_ms": max(firsts), "samples": len(samples),
                    "new_policy_median_ms": statistics.median(fresh), "new_policy_max_ms": max(fresh),
+                   "cold_median_ms": statistics.median(cold), "cold_max_ms": max(cold),
                    "loop_compactions": len(looped), "loop_median_ms": statistics.median(looped) if looped else None,
                    "loop_max_ms": max(looped) if looped else None}
     return out
@@ -311,13 +331,16 @@ def render(shapes: dict[str, dict[str, Any]], arrivals: dict[int, dict[str, floa
              "In the agent loop: the compactions of the history built call by call (`replay`), as an agent makes "
              "them. Whole history: one compaction of the finished history at once (every result still whole), "
              "with the tokenizer's cache warm: by the policy that compacted it before (its truncation notes "
-             "remembered: the view mode, which compacts the same originals at every call), and by a new policy "
-             "(nothing of ours remembered but the counts: a first compaction of counted messages); the first call "
-             "(a new policy and a new counter: nothing cached; for `fuzz`, the largest first call) beside them. "
-             "The target is read on each.", "",
+             "remembered: the view mode, which compacts the same originals at every call), by a new policy "
+             "(a policy built per request: the process's memos of the texts, `_memo`, are shared), and by a new "
+             "policy with those memos cleared (nothing of ours remembered but the counts: a first compaction of "
+             "counted messages in a new process); the first call (a new policy and a new counter, the memos "
+             "cleared: nothing cached; for `fuzz`, the largest first call) beside them. The agent loop starts with "
+             "the memos cleared. The target is read on each.", "",
              "| shape | messages | loop: compactions | loop: median | loop: max | whole: median | whole: max | "
-             "whole, new policy: median | whole, new policy: max | first call | target (median < 50, max < 200) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "whole, new policy: median | whole, new policy: max | whole, memos cleared: median | "
+             "whole, memos cleared: max | first call | target (median < 50, max < 200) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x: Any) -> str:
         return "-" if x is None else f"{x:.1f}"
@@ -328,10 +351,12 @@ def render(shapes: dict[str, dict[str, Any]], arrivals: dict[int, dict[str, floa
 
     for name, s in shapes.items():
         verdicts = (f"loop {status(s['loop_median_ms'], s['loop_max_ms'])}, whole {status(s['median_ms'], s['max_ms'])}"
-                    f", new policy {status(s['new_policy_median_ms'], s['new_policy_max_ms'])}")
+                    f", new policy {status(s['new_policy_median_ms'], s['new_policy_max_ms'])}"
+                    f", memos cleared {status(s['cold_median_ms'], s['cold_max_ms'])}")
         lines.append(f"| {name} | {s['messages']} | {s['loop_compactions']} | {f(s['loop_median_ms'])} | "
                      f"{f(s['loop_max_ms'])} | {f(s['median_ms'])} | {f(s['max_ms'])} | "
-                     f"{f(s['new_policy_median_ms'])} | {f(s['new_policy_max_ms'])} | {f(s['first_call_ms'])} | "
+                     f"{f(s['new_policy_median_ms'])} | {f(s['new_policy_max_ms'])} | {f(s['cold_median_ms'])} | "
+                     f"{f(s['cold_max_ms'])} | {f(s['first_call_ms'])} | "
                      f"{verdicts} |")
     lines += ["", "### One call after appending a tool exchange (nothing to compact; median ms)", ""]
     cols = list(next(iter(arrivals.values())))

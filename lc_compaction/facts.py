@@ -47,6 +47,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from lc_compaction._memo import remembers
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
 from lc_compaction._presence import folded, presence
@@ -674,17 +675,23 @@ def shape(value: str) -> str:
     return _HEX_RUN.sub(_run_shape, value.casefold())
 
 
-def rarity_order(values: Sequence[str], *, newest_first: bool = True) -> list[int]:
+def rarity_order(values: Sequence[str], *, newest_first: bool = True,
+                 counts: Mapping[str, int] | None = None) -> list[int]:
     """The indices of `values` (identifiers' values, in their order of appearance) in the order a bounded list
     takes them: one value of each shape (`shape`) first, then a second of each, and so on (a shape counts once a
     round: a log whose every line has a timestamp, a `line N` or a sequential number gives one of each in the first
     round, beside its rare ids: a UUID, an address, a digest, a code); within a round, the values of the rarer
     shapes (fewer values) first; then by position, the most recent first with `newest_first`, else the earliest.
-    A function of `values` alone: the same values give the same order (issue 20, class 8)."""
-    count: dict[str, int] = {}
+    A function of `values` alone: the same values give the same order (issue 20, class 8). `counts` (shape ->
+    number of values), when `values` leaves out the later values of some shapes (`FactGuard.first`: those that
+    cannot be listed), gives the shapes' counts in the whole list; the order of the values given is theirs in the
+    order of the whole list (with `newest_first` False)."""
     shapes = [shape(v) for v in values]
+    count: dict[str, int] = {}
     for s in shapes:
         count[s] = count.get(s, 0) + 1
+    if counts is not None:
+        count.update(counts)
     keys: list[tuple[int, int, int]] = [(0, 0, 0)] * len(values)
     taken: dict[str, int] = {}
     for rank, i in enumerate(range(len(values) - 1, -1, -1) if newest_first else range(len(values))):
@@ -695,13 +702,15 @@ def rarity_order(values: Sequence[str], *, newest_first: bool = True) -> list[in
     return sorted(range(len(values)), key=keys.__getitem__)
 
 
-def choose(values: Sequence[str], fits: Callable[[list[int]], bool], *, newest_first: bool = True) -> list[int]:
+def choose(values: Sequence[str], fits: Callable[[list[int]], bool], *, newest_first: bool = True,
+           counts: Mapping[str, int] | None = None) -> list[int]:
     """The one rule of every bounded list of identifiers (a summary's or a drop marker's facts lines, a truncation
     note's list, a progress note's line and its counted line): the indices of `values` that the list keeps, in
     their own order (ascending), the largest prefix of `rarity_order(values, newest_first=...)` for which
     `fits(indices)` holds (`fits` monotone: more values never fit better; a binary search, O(log n) calls). All of
-    them when they all fit; the list's text keeps the values' order, so it is byte-stable for the same input."""
-    ranked = rarity_order(values, newest_first=newest_first)
+    them when they all fit; the list's text keeps the values' order, so it is byte-stable for the same input.
+    `counts`: as in `rarity_order`."""
+    ranked = rarity_order(values, newest_first=newest_first, counts=counts)
     if fits(list(range(len(values)))):
         return list(range(len(values)))
     lo, hi = 0, len(ranked) - 1
@@ -814,27 +823,33 @@ def is_guard_line(line: str) -> bool:
 
 
 class _Extractions:
-    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`), all forgotten
-    when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS` characters of them. A dict's get
-    and set are atomic in CPython: guards used from several threads share it without a lock (a lost entry is read
-    again)."""
+    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`) as (start,
+    value, kind), all forgotten when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS`
+    characters of them. Tuples of strings and numbers, which the garbage collector stops tracking: a cache of
+    `Identifier` objects (hundreds of thousands for identifier-dense results) made every full collection of the
+    process walk them all, a pause of its own in whichever call it fell on. A dict's get and set are atomic in
+    CPython: guards used from several threads share it without a lock (a lost entry is read again)."""
 
     def __init__(self) -> None:
-        self.texts: dict[str, tuple[tuple[int, Identifier], ...]] = {}
+        self.texts: dict[str, tuple[tuple[int, str, str], ...]] = {}
         self.chars = 0
 
-    def put(self, text: str, found: tuple[tuple[int, Identifier], ...]) -> None:
+    def put(self, text: str, found: tuple[tuple[int, str, str], ...]) -> None:
         if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
-            self.texts.clear()
-            self.chars = 0
+            self.clear()
         self.texts[text] = found
         self.chars += len(text)
+
+    def clear(self) -> None:
+        self.texts.clear()
+        self.chars = 0
 
 
 _SHARED_EXTRACTIONS = _Extractions()
 """The extractions of every guard with the built-in patterns (`DEFAULT_PATTERNS`, no extra ones): the same result
 read by a new policy's guard (a restarted door, another thread's policy, the view mode's compaction of the same
-originals) is not read again; what the patterns find depends on the text alone."""
+originals) is not read again; what the patterns find depends on the text alone. Forgotten by `_memo.clear`."""
+remembers(_SHARED_EXTRACTIONS.clear)
 
 
 class FactGuard:
@@ -880,6 +895,13 @@ class FactGuard:
         default = patterns is None and not extra_patterns
         self._cache = _SHARED_EXTRACTIONS if default else _Extractions()
 
+    @property
+    def builtin(self) -> bool:
+        """Whether the guard extracts with the built-in patterns alone (`DEFAULT_PATTERNS`, no extra ones): then
+        what it finds in a text is what every such guard finds (they share their extractions,
+        `_SHARED_EXTRACTIONS`), and what is made of it may be shared too (`strategies.truncate`'s notes)."""
+        return self._cache is _SHARED_EXTRACTIONS
+
     # ------------------------------------------------------------------ extraction
     def extract(self, text: str) -> list[Identifier]:
         """Identifiers in `text`, distinct values in order of first appearance. Linear in the text's length, and
@@ -903,13 +925,40 @@ class FactGuard:
         chosen by `choose` (the earliest of each round of shapes first: a log's timestamps count once, its rare ids
         are kept) and listed in their order; and how many accepted ones were left out. The text is read
         `EXTRACT_CHUNK` characters at a time (cut after a line or a JSON value, `_cut`), to its end (a rare id may be
-        its last). With `keys` (for a `keyed` text), each is written `key: value` when it is the value of a field
-        (`Identifier.key`, `_item`), if the list with its keys fits `max_chars` too: the bound chooses the
-        identifiers by their values alone, so a key never takes an identifier's place (`keys_fit`)."""
-        accepted: list[Identifier] = []
-        seen: set[str] = set()
+        its last). `keep` is asked about an identifier by its value (it gets it without its key), once per value: a
+        value it refused is not asked about again. With `keys` (for a `keyed` text), each listed one is written
+        `key: value` when it is the value of a field (`Identifier.key`, `_item`), if the list with its keys fits
+        `max_chars` too: the bound chooses the identifiers by their values alone, so a key never takes an
+        identifier's place (`keys_fit`).
+
+        Only the values that can be listed enter `choose`: the values of one shape are taken in their order, one a
+        round, so the k-th value of a shape is listed only with the k - 1 before it; once those values and their
+        separators are over `max_chars`, that value (kept to stop `choose` there) and the later ones of its shape
+        are only counted (in the "left out" count, and in their shape's count, which orders the rounds). The keys
+        are looked up for the listed ones alone."""
+        accepted = 0  # distinct values `keep` accepted
+        entries: list[Identifier] = []  # those that may be listed, in order (`choose` reads these)
+        places: list[tuple[int, int]] = []  # each entry's (chunk, start in it), for its key
+        chunks: list[tuple[int, int]] = []  # (at, end) of each chunk read
+        seen: set[str] = set()  # accepted values, case-folded
+        refused: set[str] = set()  # values `keep` refused
+        shapes: dict[str, list[int]] = {}  # shape -> [values accepted, characters of the first ones and separators]
+        sep = len(FACTS_SEPARATOR)
+
+        def accept(ident: Identifier, chunk: int, start: int) -> None:
+            nonlocal accepted
+            accepted += 1
+            value = ident.value
+            tally = shapes.get(s := shape(value))
+            if tally is None:
+                tally = shapes[s] = [0, -sep]
+            tally[0] += 1
+            if tally[1] <= max_chars:  # a shape still listable: this value enters `choose` (the last one over it too)
+                tally[1] += len(value) + sep
+                entries.append(ident)
+                places.append((chunk, start))
+
         at = 0
-        last: str | None = None
         floor = 0  # matches starting before this were read from the chunk before (its context read again)
         while at < len(text):
             end = _cut(text, at)
@@ -924,25 +973,75 @@ class FactGuard:
                     found = [(start, ident) for start, ident in found if start < late]
                     # the next chunk starts EDGE_CHARS before it: its context too (a key before its value)
                     floor, end = at + late, at + (late - EDGE_CHARS if late > EDGE_CHARS else late)
-            keyer = _Keys(chunk, last) if keys else None
+            number = len(chunks)
+            chunks.append((at, at + len(chunk)))
             for start, ident in found:
-                if ident.value.casefold() in seen:
+                value = ident.value
+                if value in refused:
                     continue
-                if keyer is not None:
-                    ident = keyer.of(start, ident)
+                folded_value = value.casefold()
+                if folded_value in seen:
+                    continue
                 if keep(ident):
-                    seen.add(ident.value.casefold())
-                    accepted.append(ident)
-            if keyer is not None:
-                last = keyer.last
+                    seen.add(folded_value)
+                    accept(ident, number, start)
+                else:
+                    refused.add(value)
             at = end
         for ident in then:
-            if ident.value.casefold() not in seen and keep(ident):
-                seen.add(ident.value.casefold())
-                accepted.append(ident)
-        values = [i.value for i in accepted]
-        shown = [accepted[j] for j in choose(values, fits_chars(values, max_chars), newest_first=False)]
-        return _items(shown, max_chars), len(accepted) - len(shown)
+            if ident.value not in refused and ident.value.casefold() not in seen:
+                if keep(ident):
+                    seen.add(ident.value.casefold())
+                    accept(ident, -1, 0)
+                else:
+                    refused.add(ident.value)
+        values = [i.value for i in entries]
+        counts = {s: tally[0] for s, tally in shapes.items()}
+        picked = choose(values, fits_chars(values, max_chars), newest_first=False, counts=counts)
+        shown = [entries[j] for j in picked]
+        if keys and shown:
+            shown = self._keyed(text, chunks, [places[j] for j in picked], shown)
+        return _items(shown, max_chars), accepted - len(shown)
+
+    @staticmethod
+    def _keyed(text: str, chunks: Sequence[tuple[int, int]], places: Sequence[tuple[int, int]],
+               identifiers: Sequence[Identifier]) -> list[Identifier]:
+        """`identifiers` (found at `places`: (chunk, start in it), chunk -1 for one not of `text`) each with its key
+        as `first` reads it: the last key of its chunk before it (`_Keys`), else the last key of the chunks before
+        it (of the nearest one that has one); the chunks' keys searched only as far back as that."""
+        spans: dict[int, list[tuple[int, int, str]]] = {}
+        lasts: dict[int, str | None] = {0: None}  # chunk -> the last key of the chunks before it
+
+        def spans_of(c: int) -> list[tuple[int, int, str]]:
+            if c not in spans:
+                a, b = chunks[c]
+                spans[c] = _key_spans(text[a:b])
+            return spans[c]
+
+        def last_before(c: int) -> str | None:
+            k = c
+            while k not in lasts:  # chunk k - 1 has a key, or the last key before it is chunk k - 1's
+                found = spans_of(k - 1)
+                if found:
+                    lasts[k] = found[-1][2]
+                    break
+                k -= 1
+            for j in range(k + 1, c + 1):  # the chunks between have no key
+                lasts[j] = lasts[k]
+            return lasts[c]
+
+        keyers: dict[int, _Keys] = {}
+        out = []
+        for (c, start), ident in zip(places, identifiers):
+            if c < 0:
+                out.append(ident)
+                continue
+            keyer = keyers.get(c)
+            if keyer is None:
+                a, b = chunks[c]
+                keyer = keyers[c] = _Keys(text[a:b], last_before(c), spans_of(c))
+            out.append(keyer.of(start, ident))
+        return out
 
     def _found(self, text: str) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
@@ -950,9 +1049,9 @@ class FactGuard:
         (`_SHARED_EXTRACTIONS`)."""
         cached = self._cache.texts.get(text)
         if cached is not None:
-            return list(cached)
+            return [(start, Identifier(value, kind)) for start, value, kind in cached]
         found = self._search(text)
-        self._cache.put(text, tuple(found))
+        self._cache.put(text, tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
     def _search(self, text: str) -> list[tuple[int, Identifier]]:
@@ -1221,7 +1320,7 @@ def identifiers_beyond(guard: FactGuard, text: str, shown: str, tool: str | None
     for a `keyed` text), then "(+n more)" when some were left out; "" when there are none. What a truncation note
     (`strategies.truncate`) and the last resort's cut of a tool result (`shorten`) list of what they remove."""
     in_shown = Presence(shown)
-    listed, left = guard.first(text, lambda i: i not in in_shown, max_chars, keys=keyed(text))
+    listed, left = guard.first(text, in_shown.lacks, max_chars, keys=keyed(text))
     if not listed:
         return ""
     return f"{fence(FACTS_SEPARATOR.join(listed), tool)}{f' (+{left} more)' if left else ''}"
@@ -1271,13 +1370,14 @@ def _attributed(found: Iterable[Identifier], trusted: str) -> list[Identifier]:
 
 
 class _Keys:
-    """The keys of one text (`_KEYS`, searched once), for identifiers asked about one at a time by their start:
-    `of(start, ident)` is what `_with_keys` gives it, and `last` the text's last key (or the one before it)."""
+    """The keys of one text (`_KEYS`, searched once, or `spans`: its `_key_spans`), for identifiers asked about one
+    at a time by their start: `of(start, ident)` is what `_with_keys` gives it, and `last` the text's last key (or
+    `before`, the one before the text)."""
 
     __slots__ = ("_spans", "_ends", "_before", "last")
 
-    def __init__(self, text: str, before: str | None):
-        self._spans = _key_spans(text)
+    def __init__(self, text: str, before: str | None, spans: list[tuple[int, int, str]] | None = None):
+        self._spans = _key_spans(text) if spans is None else spans
         self._ends = [e for _, e, _ in self._spans]
         self._before = before
         self.last = self._spans[-1][2] if self._spans else before

@@ -82,6 +82,7 @@ from lc_compaction._content import (
     tool_failure,
 )
 from lc_compaction._kinds import AI, TOOL, kind
+from lc_compaction._memo import remembers
 from lc_compaction._presence import Presence
 from lc_compaction._preview import gapless, preview, quoted, signal_lines
 from lc_compaction.markers import (
@@ -136,6 +137,39 @@ note as large as the result."""
 
 # ------------------------------------------------------------------------------------------------ the note's text
 
+LINE_CACHE = 4_096
+"""Progress note lines remembered (`call_line`, with the built-in guard): a history folded again from the same
+messages (the view mode, a policy built per request) makes the same lines, each a read of its call's arguments and
+its result's start."""
+LINE_CACHE_CHARS = 8_000_000
+"""Characters of the texts the remembered lines were made from (arguments, earlier lines, result starts: the keys
+hold them), at most; the bound of the truncation notes' cache (`strategies.truncate.NOTE_CACHE_CHARS`)."""
+
+
+class _Lines:
+    """Lines by key, all forgotten when there are more than `LINE_CACHE` or their keys hold more than
+    `LINE_CACHE_CHARS` characters (dict get and set are atomic in CPython: shared by threads without a lock)."""
+
+    def __init__(self) -> None:
+        self.lines: dict[tuple[Any, ...], str] = {}
+        self.chars = 0
+
+    def put(self, key: tuple[Any, ...], chars: int, line: str) -> None:
+        if len(self.lines) >= LINE_CACHE or self.chars + chars > LINE_CACHE_CHARS:
+            self.clear()
+        self.lines[key] = line
+        self.chars += chars
+
+    def clear(self) -> None:
+        self.lines.clear()
+        self.chars = 0
+
+
+_SHARED_LINES = _Lines()
+"""The lines `call_line` made with the built-in guard, in this process. Forgotten by `_memo.clear`."""
+remembers(_SHARED_LINES.clear)
+
+
 def _result_facts(result: BaseMessage) -> tuple[int, str, str, str | None]:
     """(size in characters, start of the text, identifiers listed, failure) of a tool result as it was before any
     cut: a truncation note (ours, marked or recognized by its text: `markers.read_truncation_note`) gives the
@@ -177,7 +211,28 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     log's timestamps do not push out its rare ids): those only the result holds after its start (`FACTS_LEAD`),
     the others after `SAID_LEAD`; " (+n more)" ends a line that could not list them all. With `recall` (the result's
     store key, offload on: `LadderState.recall_key`), the line also names the call that reads the whole result back:
-    `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back."""
+    `| recall_tool_result(tool_call_id="...")`. `split_line` reads a line back.
+
+    A function of the call's name and arguments, what the result gives (`_result_facts`), `said`, the text of
+    `known` and `recall`: with the built-in guard (`FactGuard.builtin`), the lines made are remembered by these
+    (`_SHARED_LINES`), so a history folded again (the view mode, a new policy) does not read its calls again."""
+    facts = _result_facts(result) if result is not None else None
+    if guard is None or not guard.builtin:
+        return _call_line(call, facts, guard, said, known, recall)
+    args = call.get("args")
+    args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
+    known_text = known.text() if isinstance(known, Presence) else known
+    key = (call.get("name"), isinstance(args, str), args_text, facts, said, known_text, recall)
+    line = _SHARED_LINES.lines.get(key)
+    if line is None:
+        line = _call_line(call, facts, guard, said, known, recall)
+        _SHARED_LINES.put(key, len(args_text) + len(known_text) + (len(facts[1]) if facts else 0), line)
+    return line
+
+
+def _call_line(call: dict[str, Any], facts: tuple[int, str, str, str | None] | None, guard: FactGuard | None,
+               said: str, known: str | Presence, recall: str | None) -> str:
+    """`call_line`, made: `facts` is `_result_facts` of the result (None: no result)."""
     args = call.get("args")
     text = " ".join(args.split()) if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     if len(text) > ARGS_CHARS:
@@ -185,10 +240,10 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     name = call.get("name") or "?"
     head = f"- {name}({text})"
     full = listed = tail = ""
-    if result is None:
+    if facts is None:
         head += " -> no result"
     else:
-        size, start, listed, failure = _result_facts(result)
+        size, start, listed, failure = facts
         full = start
         error = f", {failure}" if failure else ""
         head += f" -> {size:,} characters{error}: " + quoted(preview(start, PREVIEW_CHARS))
@@ -203,7 +258,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     def seen(i: Identifier) -> bool:  # in the note's earlier lines or in this line (`known`, a newline, `line`)
         if "\n" in i.value:
             return contains(f"{earlier.text()}\n{line}", i)
-        return i in earlier or i in in_line
+        return not (earlier.lacks(i) and in_line.lacks(i))  # most are in neither: `lacks` tells at once
 
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     own = f"{said}\n{args_text}"
@@ -217,14 +272,14 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
 
     # the first identifiers of the call and the result's start, then those a truncated result's note lists
     # (the result's error and exit-status lines and its last lines first: `_preview.signal_lines`)
-    signals = signal_lines(full) if result is not None else ""
+    signals = signal_lines(full) if facts is not None else ""
     shown, left = guard.first(f"{own}\n{signals}\n{full}" if signals else f"{own}\n{full}", new, FACTS_CHARS,
                               then=[Identifier(v, "carried") for v in listed.split(FACTS_SEPARATOR) if v])
     if not shown and left == 0:
         return line
     # the identifiers only the result holds are the result's (after its start), the others the call's own
     in_own = Presence(own)
-    from_tool = {v for v in shown if v not in in_own and result is not None}
+    from_tool = {v for v in shown if v not in in_own and facts is not None}
     plain = [v for v in shown if v not in from_tool]
     fenced = [v for v in shown if v in from_tool]
     more = f" (+{left} more)" if left else ""

@@ -378,4 +378,4 @@ def test_a_truncation_note_is_remembered_per_result_and_setting(monkeypatch):
     monkeypatch.setattr(truncate_module, "NOTE_CACHE", 2)
     for k in range(3):
         strategy.note(ToolMessage(f"{k}" * 500, tool_call_id=f"d{k}", name="run"))
-    assert len(strategy._notes) <= 2
+    assert len(strategy._notes.notes) <= 2

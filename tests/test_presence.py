@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import message_to_dict
 
 from lc_compaction import CompactionPolicy, compact
-from lc_compaction import _presence
+from lc_compaction import _memo, _presence
 from lc_compaction._presence import Presence, contains, occurrences
 from lc_compaction.replay import replay_conversation
 from tests.case_policy import policy_for
@@ -66,6 +66,8 @@ def test_presence_answers_what_the_regular_expression_answers(text, value, index
         expected = _reference_spans(text, value)
         assert presence.spans(value) == expected
         assert (value in presence) == bool(expected)
+        assert Presence(text).lacks(value) == (not expected)  # its fast path first, on a fresh one
+        assert presence.lacks(value) == (not expected)
 
 
 @settings(max_examples=300, deadline=None)
@@ -81,6 +83,7 @@ def test_a_presence_grown_a_line_at_a_time_is_that_of_the_joined_text(lines, val
         assert presence.text() == joined
         assert presence.spans(value) == _reference_spans(joined, value)
         assert (value in presence) == bool(_reference_spans(joined, value))
+        assert presence.lacks(value) == (not _reference_spans(joined, value))
 
 
 def test_the_word_index_is_built_only_when_it_pays() -> None:
@@ -110,7 +113,9 @@ def _with_reference_presence(monkeypatch: pytest.MonkeyPatch) -> None:
     """Put the regular expression in place of `Presence`'s answers (the rule as it was)."""
     monkeypatch.setattr(Presence, "__contains__", lambda self, i: bool(_regex(_presence._value(i)).search(self.text())))
     monkeypatch.setattr(Presence, "spans", lambda self, i: _reference_spans(self.text(), _presence._value(i)))
+    monkeypatch.setattr(Presence, "lacks", lambda self, i: not _regex(_presence._value(i)).search(self.text()))
     _presence.presence.cache_clear()
+    _memo.clear()  # nothing remembered of the run with `Presence` (the notes are made again)
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from typing import Any, cast
 from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text, tool_failure
+from lc_compaction._memo import remembers
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction._preview import gapless, line_count, preview, quoted
 from lc_compaction.ladder import LadderState, SyncStrategy
@@ -57,12 +58,40 @@ values and their `"; "` separators; its docstring says how it was measured)."""
 
 
 NOTE_CACHE = 1024
-"""Notes a `TruncateToolResults` remembers (by the result's text, tool, recall key and status): the view mode
-compacts the same originals at every call, and a note costs a read of its whole result."""
+"""Notes remembered (by the result's text, tool, recall key and status, and the settings the note depends on): the
+view mode compacts the same originals at every call, and a note costs a read of its whole result."""
 NOTE_CACHE_CHARS = 8_000_000
 """Characters of the results whose notes are remembered at most (the texts are the history's own strings, held
 by the cache key: the bound keeps it from holding a history's worth of results after the history is gone); the
 same bound as the fact guard's extraction cache (`facts._EXTRACT_CACHE_CHARS`)."""
+
+
+class _Notes:
+    """Notes by key, all forgotten when there are more than `NOTE_CACHE` or their results hold more than
+    `NOTE_CACHE_CHARS` characters. A dict's get and set are atomic in CPython: strategies used from several threads
+    share it without a lock (a lost entry is made again)."""
+
+    def __init__(self) -> None:
+        self.notes: dict[tuple[Any, ...], str] = {}
+        self.chars = 0
+
+    def put(self, key: tuple[Any, ...], chars: int, note: str) -> None:
+        if len(self.notes) >= NOTE_CACHE or self.chars + chars > NOTE_CACHE_CHARS:
+            self.clear()
+        self.notes[key] = note
+        self.chars += chars
+
+    def clear(self) -> None:
+        self.notes.clear()
+        self.chars = 0
+
+
+_SHARED_NOTES = _Notes()
+"""The notes of every `TruncateToolResults` whose guard is the built-in one or none (`FactGuard.builtin`): a note
+depends on the result, its tool, recall key and status, and the strategy's class and settings alone (all in the
+key), so a new policy (a restarted door, a policy built per request, the view mode) does not read again a result
+another read. Forgotten by `_memo.clear`."""
+remembers(_SHARED_NOTES.clear)
 
 
 @dataclass
@@ -93,8 +122,7 @@ class TruncateToolResults(SyncStrategy):
     max_identifier_chars: int = DEFAULT_NOTE_IDENTIFIER_CHARS
     name: str = "truncate_tool_results"
     _guard: FactGuard | None = field(init=False, repr=False, compare=False, default=None)
-    _notes: dict[tuple[Any, ...], str] = field(init=False, repr=False, compare=False, default_factory=dict)
-    _notes_chars: int = field(init=False, repr=False, compare=False, default=0)
+    _notes: _Notes = field(init=False, repr=False, compare=False, default=_SHARED_NOTES)
 
     def __post_init__(self) -> None:
         if self.keep < 0:
@@ -104,6 +132,7 @@ class TruncateToolResults(SyncStrategy):
         if self.max_identifier_chars < 0:
             raise ValueError(f"max_identifier_chars: must be >= 0 characters, got {self.max_identifier_chars}")
         self._guard = fact_guard_of(self.fact_guard)
+        self._notes = _SHARED_NOTES if self._guard is None or self._guard.builtin else _Notes()
 
     def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None,
              tool: str | None = None) -> str:
@@ -117,19 +146,17 @@ class TruncateToolResults(SyncStrategy):
         or a search, `markers.LOOKUP_TOOL_NAMES`) lists none: they are the originals', which the store keeps. It
         depends only on these: the same result gives the same note, remembered for the last `NOTE_CACHE` results read
         (`NOTE_CACHE_CHARS` characters of them), so a history compacted again from its originals (the view mode of
-        the front doors, a restarted worker) does not read them again."""
+        the front doors, a restarted worker) does not read them again; with the built-in guard or none, by every
+        strategy of the same class and settings in the process (`_SHARED_NOTES`), so a new policy does not either."""
         if text is None:
             text = content_text(message.content)
         tool = tool or message.name
-        key = (text, tool, recall, getattr(message, "status", None), self.preview_chars, self.max_identifier_chars)
-        note = self._notes.get(key)
+        key = (text, tool, recall, getattr(message, "status", None), type(self), self.preview_chars,
+               self.max_identifier_chars, self._guard is None)
+        note = self._notes.notes.get(key)
         if note is None:
             note = self._note(message, text, recall, tool)
-            if len(self._notes) >= NOTE_CACHE or self._notes_chars + len(text) > NOTE_CACHE_CHARS:
-                self._notes.clear()
-                self._notes_chars = 0
-            self._notes[key] = note
-            self._notes_chars += len(text)
+            self._notes.put(key, len(text), note)
         return note
 
     def _note(self, message: ToolMessage, text: str, recall: str | None, tool: str | None) -> str:
