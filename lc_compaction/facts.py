@@ -433,6 +433,10 @@ whole. Longer than the identifiers that hold spaces (`5th September, 2024`, `USD
 characters), far under half a chunk (every chunk moves on); on the order listings of `benchmarks/dense.py` 200
 characters cost about half as much again as 64 (more chunks read again)."""
 
+_LEAD_CHARS = 8
+"""Characters before a chunk that starts inside a word, read as context (`FactGuard._found_from`): more than the
+widest lookbehind of the patterns (three characters: `(?<=\\w: )`, `(?<={_HEX}::)`)."""
+
 _EXTRACT_CACHE = 4_096
 """Texts whose extraction a guard remembers (by content; all are forgotten when there are more, or when they
 hold more than `_EXTRACT_CACHE_CHARS` characters): the same result is read by several strategies and passes of
@@ -963,7 +967,7 @@ class FactGuard:
         while at < len(text):
             end = _cut(text, at)
             chunk = text[at:end]
-            found = self._found(chunk)
+            found = self._found_from(text, at, end)
             if floor > at:
                 found = [(start, ident) for start, ident in found if at + start >= floor]
             if end < len(text):  # a match near the cut may be a piece of one that goes on: read it with the next
@@ -1054,10 +1058,22 @@ class FactGuard:
         self._cache.put(text, tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
-    def _search(self, text: str) -> list[tuple[int, Identifier]]:
+    def _found_from(self, text: str, at: int, end: int) -> list[tuple[int, Identifier]]:
+        """`_found(text[at:end])` for a chunk of `text` (`first`), with starts in the chunk; a chunk that starts
+        inside a word (after no whitespace: a cut that found no line break or space, a chunk read again from
+        `EDGE_CHARS` before a match) is searched with what comes before it as context (`_search`'s `pos`: a
+        lookbehind sees it, as in the whole text), so that no match starts inside that word and takes the place of
+        the one after it (a hypothesis example of `test_facts.py`: `...tranſactionx.py::test_ax.py::test_aJan`
+        read from inside the first word lost the pytest id)."""
+        if at == 0 or text[at - 1].isspace():
+            return self._found(text[at:end])
+        lead = min(at, _LEAD_CHARS)
+        return [(start - lead, ident) for start, ident in self._search(text[at - lead:end], lead)]
+
+    def _search(self, text: str, pos: int = 0) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start: each pattern in order (`_NEEDS`
         skips those that cannot match, `_FAST` searches a built-in one), a match kept when its value (`_trim`)
-        overlaps no span an earlier one kept."""
+        overlaps no span an earlier one kept; from `pos` on (a lookbehind sees the characters before it)."""
         starts: list[int] = []  # the spans taken so far, disjoint, sorted by start (bisect keeps it so)
         ends: list[int] = []
         found: list[tuple[int, Identifier]] = []
@@ -1067,7 +1083,7 @@ class FactGuard:
             if need is not None and not need(text):
                 continue
             grouped = pattern.groups > 0
-            for m in fast.get(kind, pattern).finditer(text):
+            for m in fast.get(kind, pattern).finditer(text, pos):
                 group = 1 if grouped and m.group(1) is not None else 0
                 start = m.start(group)
                 value = m.group(group)

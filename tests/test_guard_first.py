@@ -45,7 +45,9 @@ GUARD = FactGuard()
 
 def reference_first(guard: FactGuard, text: str, keep: Callable[[Identifier], bool], max_chars: int, *,
                     keys: bool = False, then: Iterable[Identifier] = ()) -> tuple[list[str], int]:
-    """`FactGuard.first` before issue 25, frozen (the module's constants read at call time, as `first` does)."""
+    """`FactGuard.first` before issue 25, frozen (the module's constants read at call time, as `first` does), but
+    for how a chunk is read (`_found_from`, shared with `first`: what it finds is `test_facts.py`'s property, the same
+    as reading the text whole); this compares the work done with what is found."""
     accepted: list[Identifier] = []
     seen: set[str] = set()
     at = 0
@@ -54,7 +56,7 @@ def reference_first(guard: FactGuard, text: str, keep: Callable[[Identifier], bo
     while at < len(text):
         end = _cut(text, at)
         chunk = text[at:end]
-        found = guard._found(chunk)
+        found = guard._found_from(text, at, end)  # each chunk read as `first` reads it (its context too)
         if floor > at:
             found = [(start, ident) for start, ident in found if at + start >= floor]
         edge = facts.EDGE_CHARS
