@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
@@ -58,9 +59,24 @@ def _conversation_count() -> int:
 RUN_GROUP = pytest.mark.xdist_group("benchmark_run")  # the tests sharing `run` go to one worker: it runs once
 
 
-@pytest.fixture(scope="session")  # once per worker (a module scope ends whenever the worker runs another module)
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
-    out = tmp_path_factory.mktemp("bench")
+@pytest.fixture(scope="session")
+def run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> tuple[str, dict]:
+    """The benchmark run the tests of `RUN_GROUP` read, made once per test session: with xdist, the first worker
+    to need it makes it in the session's shared temporary folder under a lock and the others read it (the group
+    alone did not keep them on one worker: each made its own, about 70 s each)."""
+    if worker_id == "master":
+        return _bench_run(tmp_path_factory.mktemp("bench"))
+    shared = tmp_path_factory.getbasetemp().parent  # one folder for every worker of this session
+    with open(shared / "bench.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "bench"
+        if not (out / "results.json").exists():
+            out.mkdir(exist_ok=True)
+            return _bench_run(out)
+    return (out / "RESULTS.md").read_text(encoding="utf-8"), json.loads((out / "results.json").read_text())
+
+
+def _bench_run(out: Path) -> tuple[str, dict]:
     proc = subprocess.run(
         [sys.executable, "benchmarks/run.py", "--sizes", "60", "--repeat", "1", "--warmup", "0", "--budget", "0",
          "--traces", str(TRACES), "--output", str(out / "RESULTS.md"), "--json", str(out / "results.json"),
