@@ -168,6 +168,19 @@ def _loop(history: list[BaseMessage], policy: CompactionPolicy) -> list[float]:
     return [c.compaction_ms for c in replay.calls if c.compacted]
 
 
+def _new_policy_ms(history: list[BaseMessage], policy: CompactionPolicy, *, forget: bool = False) -> float:
+    """One compaction (ms) of new message objects equal to `history` by a new policy sharing `policy`'s counter
+    (its token counts warm); with `forget`, the process's memos cleared first (`_memo.clear`: nothing of ours
+    remembered but the counts)."""
+    msgs = _fresh(history)
+    new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
+    if forget:
+        _memo.clear()
+    t0 = time.perf_counter_ns()
+    compact(msgs, new_policy)
+    return _ms(time.perf_counter_ns() - t0)
+
+
 def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
     """For each shape: median and max (ms) of the timed compactions, the first call's time, and what it did;
     and the compactions of the agent loop that builds the history call by call."""
@@ -187,17 +200,8 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
             t0 = time.perf_counter_ns()
             compact(msgs, policy)
             samples.append(_ms(time.perf_counter_ns() - t0))
-            msgs = _fresh(history)
-            new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
-            t0 = time.perf_counter_ns()
-            compact(msgs, new_policy)
-            fresh.append(_ms(time.perf_counter_ns() - t0))
-            msgs = _fresh(history)
-            new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
-            _memo.clear()
-            t0 = time.perf_counter_ns()
-            compact(msgs, new_policy)
-            cold.append(_ms(time.perf_counter_ns() - t0))
+            fresh.append(_new_policy_ms(history, policy))
+            cold.append(_new_policy_ms(history, policy, forget=True))
         out[name] = {"messages": len(history), "chars": sum(len(str(m.content)) for m in history),
                      "median_ms": statistics.median(samples), "max_ms": max(samples), "first_call_ms": first_ms,
                      "new_policy_median_ms": statistics.median(fresh), "new_policy_max_ms": max(fresh),
@@ -215,16 +219,8 @@ def shape_timings(repeat: int, fuzz: int) -> dict[str, dict[str, Any]]:
         firsts.append(_ms(time.perf_counter_ns() - t0))
         _memo.clear()
         looped += _loop(history, policy)
-        msgs = _fresh(history)
-        t0 = time.perf_counter_ns()
-        compact(msgs, CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter))
-        fresh.append(_ms(time.perf_counter_ns() - t0))
-        msgs = _fresh(history)
-        new_policy = CompactionPolicy(max_input_tokens=WINDOW, token_counter=policy.counter)
-        _memo.clear()
-        t0 = time.perf_counter_ns()
-        compact(msgs, new_policy)
-        cold.append(_ms(time.perf_counter_ns() - t0))
+        fresh.append(_new_policy_ms(history, policy))
+        cold.append(_new_policy_ms(history, policy, forget=True))
         msgs = _fresh(history)
         t0 = time.perf_counter_ns()
         compact(msgs, policy)

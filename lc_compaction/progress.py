@@ -82,7 +82,7 @@ from lc_compaction._content import (
     tool_failure,
 )
 from lc_compaction._kinds import AI, TOOL, kind
-from lc_compaction._memo import remembers
+from lc_compaction._memo import Bounded, remembers
 from lc_compaction._presence import Presence
 from lc_compaction._preview import gapless, preview, quoted, signal_lines
 from lc_compaction.markers import (
@@ -145,27 +145,7 @@ LINE_CACHE_CHARS = 8_000_000
 """Characters of the texts the remembered lines were made from (arguments, earlier lines, result starts: the keys
 hold them), at most; the bound of the truncation notes' cache (`strategies.truncate.NOTE_CACHE_CHARS`)."""
 
-
-class _Lines:
-    """Lines by key, all forgotten when there are more than `LINE_CACHE` or their keys hold more than
-    `LINE_CACHE_CHARS` characters (dict get and set are atomic in CPython: shared by threads without a lock)."""
-
-    def __init__(self) -> None:
-        self.lines: dict[tuple[Any, ...], str] = {}
-        self.chars = 0
-
-    def put(self, key: tuple[Any, ...], chars: int, line: str) -> None:
-        if len(self.lines) >= LINE_CACHE or self.chars + chars > LINE_CACHE_CHARS:
-            self.clear()
-        self.lines[key] = line
-        self.chars += chars
-
-    def clear(self) -> None:
-        self.lines.clear()
-        self.chars = 0
-
-
-_SHARED_LINES = _Lines()
+_SHARED_LINES: Bounded[str] = Bounded(LINE_CACHE, LINE_CACHE_CHARS)
 """The lines `call_line` made with the built-in guard, in this process. Forgotten by `_memo.clear`."""
 remembers(_SHARED_LINES.clear)
 
@@ -223,7 +203,7 @@ def call_line(call: dict[str, Any], result: BaseMessage | None, *, guard: FactGu
     args_text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False)
     known_text = known.text() if isinstance(known, Presence) else known
     key = (call.get("name"), isinstance(args, str), args_text, facts, said, known_text, recall)
-    line = _SHARED_LINES.lines.get(key)
+    line = _SHARED_LINES.items.get(key)
     if line is None:
         line = _call_line(call, facts, guard, said, known, recall)
         _SHARED_LINES.put(key, len(args_text) + len(known_text) + (len(facts[1]) if facts else 0), line)

@@ -375,7 +375,7 @@ def test_a_truncation_note_is_remembered_per_result_and_setting(monkeypatch):
     assert strategy.note(ok.model_copy()) == first and not reads  # remembered: not read again
     failed_note = strategy.note(failed)
     assert reads and "error" in failed_note and failed_note != first
-    monkeypatch.setattr(truncate_module, "NOTE_CACHE", 2)
+    monkeypatch.setattr(strategy._notes, "max_items", 2)  # NOTE_CACHE, the bound of the memo it uses
     for k in range(3):
         strategy.note(ToolMessage(f"{k}" * 500, tool_call_id=f"d{k}", name="run"))
-    assert len(strategy._notes.notes) <= 2
+    assert len(strategy._notes.items) <= 2

@@ -50,7 +50,7 @@ def test_notes_are_shared_by_strategies_of_the_built_in_guard(monkeypatch: pytes
     # forgotten: the next strategy reads the result again, and the guard extracts it again
     assert _SHARED_EXTRACTIONS.texts
     _memo.clear()
-    assert not _SHARED_EXTRACTIONS.texts and not truncate._SHARED_NOTES.notes
+    assert not _SHARED_EXTRACTIONS.texts and not truncate._SHARED_NOTES.items
     made.clear()
     assert TruncateToolResults().note(result) == first and len(made) == 1
 

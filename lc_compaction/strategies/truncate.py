@@ -28,7 +28,7 @@ from typing import Any, cast
 from langchain_core.messages import ToolMessage
 
 from lc_compaction._content import content_text, tool_failure
-from lc_compaction._memo import remembers
+from lc_compaction._memo import Bounded, remembers
 from lc_compaction._kinds import TOOL, kind
 from lc_compaction._preview import gapless, line_count, preview, quoted
 from lc_compaction.ladder import LadderState, SyncStrategy
@@ -66,27 +66,7 @@ by the cache key: the bound keeps it from holding a history's worth of results a
 same bound as the fact guard's extraction cache (`facts._EXTRACT_CACHE_CHARS`)."""
 
 
-class _Notes:
-    """Notes by key, all forgotten when there are more than `NOTE_CACHE` or their results hold more than
-    `NOTE_CACHE_CHARS` characters. A dict's get and set are atomic in CPython: strategies used from several threads
-    share it without a lock (a lost entry is made again)."""
-
-    def __init__(self) -> None:
-        self.notes: dict[tuple[Any, ...], str] = {}
-        self.chars = 0
-
-    def put(self, key: tuple[Any, ...], chars: int, note: str) -> None:
-        if len(self.notes) >= NOTE_CACHE or self.chars + chars > NOTE_CACHE_CHARS:
-            self.clear()
-        self.notes[key] = note
-        self.chars += chars
-
-    def clear(self) -> None:
-        self.notes.clear()
-        self.chars = 0
-
-
-_SHARED_NOTES = _Notes()
+_SHARED_NOTES: Bounded[str] = Bounded(NOTE_CACHE, NOTE_CACHE_CHARS)
 """The notes of every `TruncateToolResults` whose guard is the built-in one or none (`FactGuard.builtin`): a note
 depends on the result, its tool, recall key and status, and the strategy's class and settings alone (all in the
 key), so a new policy (a restarted door, a policy built per request, the view mode) does not read again a result
@@ -122,7 +102,7 @@ class TruncateToolResults(SyncStrategy):
     max_identifier_chars: int = DEFAULT_NOTE_IDENTIFIER_CHARS
     name: str = "truncate_tool_results"
     _guard: FactGuard | None = field(init=False, repr=False, compare=False, default=None)
-    _notes: _Notes = field(init=False, repr=False, compare=False, default=_SHARED_NOTES)
+    _notes: Bounded[str] = field(init=False, repr=False, compare=False, default=_SHARED_NOTES)
 
     def __post_init__(self) -> None:
         if self.keep < 0:
@@ -132,7 +112,8 @@ class TruncateToolResults(SyncStrategy):
         if self.max_identifier_chars < 0:
             raise ValueError(f"max_identifier_chars: must be >= 0 characters, got {self.max_identifier_chars}")
         self._guard = fact_guard_of(self.fact_guard)
-        self._notes = _SHARED_NOTES if self._guard is None or self._guard.builtin else _Notes()
+        shared = self._guard is None or self._guard.builtin
+        self._notes = _SHARED_NOTES if shared else Bounded(NOTE_CACHE, NOTE_CACHE_CHARS)
 
     def note(self, message: ToolMessage, text: str | None = None, *, recall: str | None = None,
              tool: str | None = None) -> str:
@@ -153,7 +134,7 @@ class TruncateToolResults(SyncStrategy):
         tool = tool or message.name
         key = (text, tool, recall, getattr(message, "status", None), type(self), self.preview_chars,
                self.max_identifier_chars, self._guard is None)
-        note = self._notes.notes.get(key)
+        note = self._notes.items.get(key)
         if note is None:
             note = self._note(message, text, recall, tool)
             self._notes.put(key, len(text), note)
