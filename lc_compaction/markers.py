@@ -74,6 +74,13 @@ LOOKUP_TOOL_NAMES = frozenset({RECALL_TOOL_NAME, RECALL_MESSAGE_TOOL_NAME, SEARC
 """The tools whose answers read back what compaction took out: the model asked for them, so their results are never
 offloaded on arrival nor deduplicated (`offload.large_arrivals`, `dedup`)."""
 
+
+def is_stored_lookup(tool: str | None, recall: str | None) -> bool:
+    """Whether a tool result is a lookup tool's answer (`LOOKUP_TOOL_NAMES`) whose original the store keeps (`recall`,
+    its store key: offload on): its identifiers are the looked-up originals', which the store holds and the call
+    names, so neither its truncation note (`strategies.truncate`) nor a cut of it (`shorten`) lists any."""
+    return recall is not None and tool in LOOKUP_TOOL_NAMES
+
 SEARCH_HINT = (f"[lc-compaction: what was left out is kept; call {SEARCH_TOOL_NAME}(query) to find it, then "
                "read it whole with the handle each hit names]")
 """The one line a drop marker (after `DROPPED_TEXT`) and a summary (after `SUMMARY_PREFIX`) carry with offload on,

@@ -58,7 +58,7 @@ from lc_compaction.markers import (
     ARGUMENT_CUT_MARKER,
     CUT_IDENTIFIERS,
     ITEMS_CUT_KEY,
-    LOOKUP_TOOL_NAMES,
+    is_stored_lookup,
     ITEMS_CUT_MARKER,
     MARK_KEY,
     SHORTENED_MARKER,
@@ -541,8 +541,8 @@ def _beyond(state: LadderState, message: BaseMessage, want: int) -> Callable[[st
     if kind(message) != TOOL:
         return None
     tool = tool_of(message, tool_names(state.messages))  # type: ignore[arg-type]
-    if tool in LOOKUP_TOOL_NAMES and state.recall_key(message) is not None:
-        return None  # a lookup answer's identifiers are the looked-up originals' (as a truncation note's)
+    if is_stored_lookup(tool, state.recall_key(message)):
+        return None
 
     def beyond(text: str, kept: str) -> str:
         listed = cut_listing(text)

@@ -36,7 +36,7 @@ from lc_compaction.markers import (
     MARK_KEY,
     NOTE_IDENTIFIERS,
     NOTE_PREVIEW,
-    LOOKUP_TOOL_NAMES,
+    is_stored_lookup,
     TRUNCATION_PREFIX,
     is_shortened,
     is_truncated,
@@ -124,7 +124,7 @@ class TruncateToolResults(SyncStrategy):
         (`lc_compaction.offload.recall_hint`), after the identifiers it lists as without offload: a drop marker or a
         progress note reads them from the note (issue 20, class 12: offload on must keep what offload off keeps, and
         the recall instruction is no identifier of the result); but a lookup answer's note (offload on: a recall
-        or a search, `markers.LOOKUP_TOOL_NAMES`) lists none: they are the originals', which the store keeps. It
+        or a search, `markers.is_stored_lookup`) lists none: they are the originals', which the store keeps. It
         depends only on these: the same result gives the same note, remembered for the last `NOTE_CACHE` results read
         (`NOTE_CACHE_CHARS` characters of them), so a history compacted again from its originals (the view mode of
         the front doors, a restarted worker) does not read them again; with the built-in guard or none, by every
@@ -147,9 +147,7 @@ class TruncateToolResults(SyncStrategy):
         shape = f" in {lines:,} lines" if lines > 1 else ""
         hint = f". {recall_hint(recall)}" if recall is not None else ""
         failure = tool_failure(message, text)  # a failed call's note says so (its preview may not show it)
-        # a lookup answer's identifiers are the looked-up originals': the store holds them and the call names them
-        lookup = recall is not None and tool in LOOKUP_TOOL_NAMES
-        listed = "" if lookup else self._identifiers(text, gapless(shown), tool)
+        listed = "" if is_stored_lookup(tool, recall) else self._identifiers(text, gapless(shown), tool)
         return (f"{TRUNCATION_PREFIX}: the result{source} had {len(text):,} characters{shape}"
                 f"{f', {failure}' if failure else ''}; "
                 f"{NOTE_PREVIEW}{quoted(shown)}"
