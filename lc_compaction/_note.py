@@ -29,8 +29,8 @@ from lc_compaction.markers import (
     is_progress_text,
 )
 
-__all__ = ["FACTS_LEAD", "NOTE_FENCE", "NoteLine", "SAID_LEAD", "note_lines", "parse_line", "split_line", "with_note",
-           "without_note"]
+__all__ = ["FACTS_LEAD", "NOTE_FENCE", "NoteLine", "SAID_LEAD", "has_note", "note_lines", "parse_line", "split_line",
+           "with_note", "without_note"]
 
 FACTS_LEAD = " | facts: "
 """Where a line's identifiers from its result start (`progress.call_line`): after the result's start (a terse line:
@@ -153,6 +153,11 @@ def note_lines(message: BaseMessage) -> list[str]:
     if lines and lines[0] == NOTE_FENCE[0]:
         lines = lines[1:-1] if lines[-1] == NOTE_FENCE[1] else lines[1:]
     return lines
+
+
+def has_note(message: BaseMessage) -> bool:
+    """Whether `message` holds a progress note (without reading its lines: `note_lines`)."""
+    return kind(message) == AI and _note_text(message.content) is not None
 
 
 def without_note(message: AIMessage) -> AIMessage:

@@ -71,6 +71,7 @@ from lc_compaction.offload import (
     recall_chars,
 )
 from lc_compaction.policy import CompactionPolicy
+from lc_compaction.progress import loop_trigger
 from lc_compaction.structure import (
     InvalidHistoryError,
     Repair,
@@ -252,10 +253,18 @@ class _Compaction:
         self.message_tokens = count_with_tally(self.original, self.counter, tally, self.counts, start=self.tallied,
                                                known=self._repeat_counts())
         self.tokens_before = self.message_tokens + self.fixed
-        self.triggered = policy.is_triggered(self.tokens_before, len(self.original))
+        loop = loop_trigger(self.original, self.counter.count_message, self.tokens_before,
+                            policy.cached_price) if policy.trigger is None else None
+        self.loop_limit = None if loop is None else loop[1]
+        """Tokens above which a folded running loop folds again (`progress.loop_trigger`), with the default
+        trigger; None otherwise."""
+        self.triggered = self.limit(self.tokens_before, len(self.original))
         self.repair = policy.repairs_by_default(False) if repair is None else repair
         self.budget = policy.budget_tokens()
         self.goal_tokens, self.goal_messages = policy.target_goal()
+        if loop is not None and self.triggered and not policy.is_triggered(self.tokens_before, len(self.original)):
+            # due by the loop's own trigger: fold as deep as it goes (its growth since the last fold at least)
+            self.goal_tokens = loop[0] if self.goal_tokens is None else min(self.goal_tokens, loop[0])
         least = policy.clear_at_least
         if least and self.triggered:  # reclaim at least `clear_at_least` tokens (LangChain's meaning)
             goal = self.tokens_before - least
@@ -370,7 +379,7 @@ class _Compaction:
         self.pinned_by_caller = pinned
         self.state = LadderState(slots, self.counter, fixed_tokens=self.fixed, goal_tokens=self.goal_tokens,
                                  goal_messages=self.goal_messages, pass_name="soft", budget_tokens=self.budget,
-                                 limit=self.policy.is_triggered,
+                                 limit=self.limit,
                                  offload=OffloadKeys(self.original, self.rekey) if self.offload else None)
         keep_from = self.policy.keep_start(msgs, [s.tokens for s in slots])
         protect(slots, keep_from, pinned, self.state.steps())
@@ -381,7 +390,13 @@ class _Compaction:
         if self.arrivals:
             preview_arrivals(self.state, self.arrivals)
         if self.duplicates or self.arrivals:
-            self.ladder_ran = self.policy.is_triggered(self.state.total(), len(slots))
+            self.ladder_ran = self.limit(self.state.total(), len(slots))
+
+    def limit(self, tokens: int, n_messages: int) -> bool:
+        """Whether a history of `tokens` tokens and `n_messages` messages is over this call's trigger: the policy's
+        (`CompactionPolicy.is_triggered`), or a folded running loop's (`loop_limit`)."""
+        return self.policy.is_triggered(tokens, n_messages) or (
+            self.loop_limit is not None and tokens > self.loop_limit)
 
     def over_budget(self) -> bool:
         st = self.state
@@ -394,7 +409,7 @@ class _Compaction:
         cache)."""
         st = self.state
         assert st is not None
-        return self.over_budget() or self.policy.is_triggered(st.total(), len(st.slots)) or st.over_goal()
+        return self.over_budget() or self.limit(st.total(), len(st.slots)) or st.over_goal()
 
     def start_second_pass(self) -> None:
         """Shrink the protected part to the pins and the most recent step; the goal stays the target, or, while the

@@ -27,6 +27,10 @@ cached-input price is half its input price; providers without a prompt cache are
 of the window (`EARLY_TRIGGER_FRACTION`, the harness pattern of compacting before the window is full): measured
 without deduplication at a price of 0.5, 0.569 against 0.581 with the budget as trigger at 8,000 tokens, 0.896
 against 0.907 at 64,000 (and no conversation that fits billed more).
+
+A running tool loop that was folded before is the exception to "only when the call would not fit": it will
+outgrow the window again, so with the default trigger it folds again once its growth pays for the fold
+(`progress.loop_trigger`, asked by `compact` beside `is_triggered`).
 """
 
 from __future__ import annotations
