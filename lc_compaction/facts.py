@@ -1347,6 +1347,16 @@ def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:
     return message.name or names.get(id(message)) or names.get(message.tool_call_id) or "tool"
 
 
+def source_alone(message: BaseMessage) -> str | None:
+    """The `source` of every identifier of a tool result read alone (`FactGuard.extract_messages([message])`: the
+    tool that returned it, by its own name, `tool_of`; no other message of the list, so no call, names it), for a
+    caller that compares such identifiers with others by value and source; None for any other message (a summary
+    too): its identifiers may carry any source."""
+    if not isinstance(message, ToolMessage) or is_summary(message):
+        return None
+    return tool_of(message, tool_names([message]))
+
+
 def trusted_text(messages: Iterable[BaseMessage]) -> str:
     """What the user (or the system) said in `messages`: the text of their user and system messages and the
     unfenced part of their summaries (facts lines included). An identifier found there is never tool-derived."""
