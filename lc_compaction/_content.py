@@ -270,6 +270,28 @@ FAILURE_RE = re.compile(r"error(?: \((?:exit code -?\d+|traceback)\))?")
 it)."""
 
 
+def _exit_codes(text: str, low: str) -> list[str]:
+    """`_EXIT_CODE.findall(text)`, the same codes: the expression is tried (`match`) only where `low` (`text`
+    lower-cased as `failure_in_text` does, the same length) has one of `_EXIT_WORDS`, where every match starts, left
+    to right, from the end of the last match on (a `low` of another length, were lower-casing to lengthen a
+    character: the whole text searched)."""
+    if len(low) != len(text):
+        return _EXIT_CODE.findall(text) if any(w in low for w in _EXIT_WORDS) else []
+    starts = []
+    for word in _EXIT_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            starts.append(at)
+            at = low.find(word, at + 1)
+    codes = []
+    end = 0
+    for at in sorted(starts):
+        if at >= end and (m := _EXIT_CODE.match(text, at)) is not None:
+            codes.append(m.group(1))
+            end = m.end()
+    return codes
+
+
 def failure_in_text(text: str) -> str | None:
     """How a tool result's text says that the call failed, or None: ``"exit code N"`` for the last exit code or
     return code it reports when that is not 0 (``exit code: 2``, ``"returncode": 1``, ``exited with code 127``,
@@ -279,7 +301,7 @@ def failure_in_text(text: str) -> str | None:
     if len(text) > 2 * FAILURE_SCAN_CHARS:
         text = f"{text[:FAILURE_SCAN_CHARS]}\n{text[-FAILURE_SCAN_CHARS:]}"
     low = (text if text.isascii() else text.translate(_DOTTED_I)).lower()
-    codes = _EXIT_CODE.findall(text) if any(w in low for w in _EXIT_WORDS) else []
+    codes = _exit_codes(text, low)
     if codes and int(codes[-1]) != 0:
         return f"exit code {int(codes[-1])}"
     if _TRACEBACK in text:

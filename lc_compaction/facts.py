@@ -47,7 +47,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from lc_compaction._memo import remembers
+from lc_compaction._memo import Bounded, remembers
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
 from lc_compaction._presence import folded, presence
@@ -675,8 +675,20 @@ def shape(value: str) -> str:
     shape differ only in their digits: the timestamps of a log's lines (`2024-05-01T10:00:07Z`), its `line N`, its
     sequential numbers and numbered ids (`job 40012`, `HAT170`), and the request, trace and span ids or UUIDs a log
     writes on every line (`9f86d081884c7d65`, `123e4567-e89b-...`: a new user's trial of issue 20 found a span id
-    on every line taking a log's whole list, each span id a shape of its own when only decimal runs were folded)."""
-    return _HEX_RUN.sub(_run_shape, value.casefold())
+    on every line taking a log's whole list, each span id a shape of its own when only decimal runs were folded).
+    Remembered (`_SHAPES`): a bounded list asks it of every value it may list, and the same values (a date, a
+    status) recur across the results of a history."""
+    found = _SHAPES.items.get(value)
+    if found is None:
+        found = _HEX_RUN.sub(_run_shape, value.casefold())
+        _SHAPES.put(value, len(value), found)
+    return found
+
+
+_SHAPES: Bounded[str] = Bounded(65_536, 4_000_000)
+"""The shapes of the values asked about (`shape`; at most 65,536 values, 4,000,000 characters of them): a firing
+compaction of 8,000 messages asks 36,962 times about 5,795 values. Forgotten by `_memo.clear`."""
+remembers(_SHAPES.clear)
 
 
 def rarity_order(values: Sequence[str], *, newest_first: bool = True,
@@ -1345,6 +1357,16 @@ def identifiers_beyond(guard: FactGuard, text: str, shown: str, tool: str | None
 def tool_of(message: ToolMessage, names: dict[Any, str]) -> str:
     """The name of the tool that returned `message`: its own `name`, else its call's (`tool_names`), else "tool"."""
     return message.name or names.get(id(message)) or names.get(message.tool_call_id) or "tool"
+
+
+def source_alone(message: BaseMessage) -> str | None:
+    """The `source` of every identifier of a tool result read alone (`FactGuard.extract_messages([message])`: the
+    tool that returned it, by its own name, `tool_of`; no other message of the list, so no call, names it), for a
+    caller that compares such identifiers with others by value and source; None for any other message (a summary
+    too): its identifiers may carry any source."""
+    if not isinstance(message, ToolMessage) or is_summary(message):
+        return None
+    return tool_of(message, tool_names([message]))
 
 
 def trusted_text(messages: Iterable[BaseMessage]) -> str:

@@ -180,3 +180,17 @@ def test_the_exit_code_prefilter_answers_as_the_expression(parts):
         assert found == f"exit code {int(codes[-1])}"
     else:
         assert found is None or not found.startswith("exit code")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["exit", "EXıT", "exİt", "ReTuRn", "return", "returncode", "exitcode", "code",
+                                 "status", "_", "-", " ", ":", "=", "is", "of", '"', "2", "0", "-1", "with", "ed",
+                                 "x", "\n", "é", "ſ"]), max_size=30))
+def test_exit_codes_are_the_expression_s_codes(parts):
+    """`_exit_codes` (the expression tried only where an exit word starts) finds every code `_EXIT_CODE.findall`
+    finds, in order."""
+    from lc_compaction._content import _DOTTED_I, _exit_codes
+
+    text = "".join(parts)
+    low = (text if text.isascii() else text.translate(_DOTTED_I)).lower()
+    assert _exit_codes(text, low) == _EXIT_CODE.findall(text)

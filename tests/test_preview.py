@@ -72,3 +72,22 @@ def test_a_value_at_a_line_start_is_not_glued_to_the_escaped_line_break():
     line = call_line({"name": "grep", "args": {"q": "x"}, "id": "c"}, ToolMessage(text, tool_call_id="c", id="t"))
     for written in (note, line):
         assert contains(written, "src/b.py:12") and contains(written, "UA-12"), written
+
+
+_SIGNAL_PIECES = ["Error", "Errno", "ERROR", "Exception", "Traceback", "FAILED", "FAIL:", "FAIL", "Fatal", "fatal",
+                  "returncode", "Exit code", "exit status", "exited with", "exit", "3 failed", "12 errors", "1 error",
+                  " failed", "Errors", "ErrorX", "x", "word ", "  ", "\n", "\n", "7", "é", "a" * 1990, " " * 2100]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_SIGNAL_PIECES), max_size=30), st.integers(0, 40), st.integers(0, 40))
+def test_signal_lines_are_the_expression_s_matches(pieces: list[str], skip: int, cut: int) -> None:
+    """`_signal_matches` (the lines holding an anchor, then `SIGNAL` on each) finds what `SIGNAL.finditer` finds,
+    from any place to any end."""
+    from lc_compaction._preview import SIGNAL, _signal_matches
+
+    text = "".join(pieces)
+    pos = min(skip * len(text) // 40, len(text))
+    endpos = max(pos, len(text) - cut * len(text) // 40)
+    expected = [(m.span(), m.group()) for m in SIGNAL.finditer(text, pos, endpos)]
+    assert [(m.span(), m.group()) for m in _signal_matches(text, pos, endpos)] == expected

@@ -69,6 +69,7 @@ from lc_compaction.facts import (
     fact_guard_of,
     message_text,
     parse_said,
+    source_alone,
     tool_names,
     tool_of,
     trust,
@@ -324,7 +325,12 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
     if identifiers:  # what a message left holds with the same attribution (the agent's echo of tool data is not)
         results = [m for m in left if kind(m) == TOOL and read_truncation_note(content_text(m.content)) is None]
         whole = {id(m) for m in results}  # by object: `m in results` compares messages field by field
-        held = {(i.value.casefold(), i.source) for m in left if kind(m) != TOOL or id(m) not in whole
+        trusted = trust(identifiers, state.messages)
+        # a tool result read alone gives identifiers of its own tool only (`facts.source_alone`): one whose tool is
+        # no source of the marker's identifiers holds none of them, and is not read (most notes of a long history)
+        sources = {i.source for i in trusted}
+        held = {(i.value.casefold(), i.source) for m in left
+                if kind(m) != TOOL or (id(m) not in whole and ((s := source_alone(m)) is None or s in sources))
                 for i in _identifiers_of(state, fact_guard, m)}
         texts: dict[str, list[str]] = {}
         if results:  # a tool result left holds what its text contains, as its tool's (read once, not extracted)
@@ -342,8 +348,7 @@ def _marker(state: LadderState, stands_for: Sequence[BaseMessage], guard: tuple[
             if "\n" in i.value:
                 return any(i in presence(t) for t in texts[i.source])
             return i in joined[i.source]
-        identifiers = [i for i in trust(identifiers, state.messages) if (i.value.casefold(), i.source) not in held
-                       and not left_holds(i)]
+        identifiers = [i for i in trusted if (i.value.casefold(), i.source) not in held and not left_holds(i)]
     said = fact_guard.said_line(stands_for)  # a user's short turns word for word (a correction is words)
     if said:  # what the quotes give back when read again (a merge extracts them) is not listed again
         quoted = fact_guard.read_back("\n".join(parse_said(said)))
