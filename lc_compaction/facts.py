@@ -47,7 +47,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from lc_compaction._memo import remembers
+from lc_compaction._memo import Bounded, remembers
 from lc_compaction._content import arguments_text, content_text, is_invalid_call
 from lc_compaction._presence import Presence as Presence  # re-exported: the guard's presence rule lives there
 from lc_compaction._presence import folded, presence
@@ -826,30 +826,13 @@ def is_guard_line(line: str) -> bool:
     return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX, SAID_PREFIX))
 
 
-class _Extractions:
-    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`) as (start,
-    value, kind), all forgotten when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS`
-    characters of them. Tuples of strings and numbers, which the garbage collector stops tracking: a cache of
-    `Identifier` objects (hundreds of thousands for identifier-dense results) made every full collection of the
-    process walk them all, a pause of its own in whichever call it fell on. A dict's get and set are atomic in
-    CPython: guards used from several threads share it without a lock (a lost entry is read again)."""
+Extraction = tuple[tuple[int, str, str], ...]
+"""What a guard's patterns found in a text (`FactGuard._found`): its matches as (start, value, kind). Tuples of
+strings and numbers, which the garbage collector stops tracking: a memo of `Identifier` objects (hundreds of
+thousands for identifier-dense results) made every full collection of the process walk them all, a pause of its own
+in whichever call it fell on."""
 
-    def __init__(self) -> None:
-        self.texts: dict[str, tuple[tuple[int, str, str], ...]] = {}
-        self.chars = 0
-
-    def put(self, text: str, found: tuple[tuple[int, str, str], ...]) -> None:
-        if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
-            self.clear()
-        self.texts[text] = found
-        self.chars += len(text)
-
-    def clear(self) -> None:
-        self.texts.clear()
-        self.chars = 0
-
-
-_SHARED_EXTRACTIONS = _Extractions()
+_SHARED_EXTRACTIONS: Bounded[Extraction] = Bounded(_EXTRACT_CACHE, _EXTRACT_CACHE_CHARS)
 """The extractions of every guard with the built-in patterns (`DEFAULT_PATTERNS`, no extra ones): the same result
 read by a new policy's guard (a restarted door, another thread's policy, the view mode's compaction of the same
 originals) is not read again; what the patterns find depends on the text alone. Forgotten by `_memo.clear`."""
@@ -897,7 +880,8 @@ class FactGuard:
         self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
         self._fast = {k: _fast(k) for k, expr in base.items() if k in _FAST and DEFAULT_PATTERNS.get(k) == expr}
         default = patterns is None and not extra_patterns
-        self._cache = _SHARED_EXTRACTIONS if default else _Extractions()
+        self._cache: Bounded[Extraction] = (_SHARED_EXTRACTIONS if default
+                                             else Bounded(_EXTRACT_CACHE, _EXTRACT_CACHE_CHARS))
 
     @property
     def builtin(self) -> bool:
@@ -1051,11 +1035,11 @@ class FactGuard:
         """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
         last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the built-in patterns
         (`_SHARED_EXTRACTIONS`)."""
-        cached = self._cache.texts.get(text)
+        cached = self._cache.items.get(text)
         if cached is not None:
             return [(start, Identifier(value, kind)) for start, value, kind in cached]
         found = self._search(text)
-        self._cache.put(text, tuple([(start, ident.value, ident.kind) for start, ident in found]))
+        self._cache.put(text, len(text), tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
     def _found_from(self, text: str, at: int, end: int) -> list[tuple[int, Identifier]]:
