@@ -1031,15 +1031,16 @@ class FactGuard:
             out.append(keyer.of(start, ident))
         return out
 
-    def _found(self, text: str) -> list[tuple[int, Identifier]]:
-        """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
-        last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the built-in patterns
-        (`_SHARED_EXTRACTIONS`)."""
-        cached = self._cache.items.get(text)
+    def _found(self, text: str, pos: int = 0) -> list[tuple[int, Identifier]]:
+        """Every identifier match in `text` with its start, sorted by start (spans disjoint), from `pos` on (`_search`);
+        remembered for the last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the
+        built-in patterns (`_SHARED_EXTRACTIONS`), under the text (with `pos`, when it is not 0)."""
+        key = (pos, text) if pos else text
+        cached = self._cache.items.get(key)
         if cached is not None:
             return [(start, Identifier(value, kind)) for start, value, kind in cached]
-        found = self._search(text)
-        self._cache.put(text, len(text), tuple([(start, ident.value, ident.kind) for start, ident in found]))
+        found = self._search(text, pos)
+        self._cache.put(key, len(text), tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
     def _found_from(self, text: str, at: int, end: int) -> list[tuple[int, Identifier]]:
@@ -1048,11 +1049,12 @@ class FactGuard:
         `EDGE_CHARS` before a match) is searched with what comes before it as context (`_search`'s `pos`: a
         lookbehind sees it, as in the whole text), so that no match starts inside that word and takes the place of
         the one after it (a hypothesis example of `test_facts.py`: `...tranſactionx.py::test_ax.py::test_aJan`
-        read from inside the first word lost the pytest id)."""
+        read from inside the first word lost the pytest id). Remembered as `_found` remembers a text (a text read
+        again in the same chunks: the head of a cut result, read again for the truncation note of the cut)."""
         if at == 0 or text[at - 1].isspace():
             return self._found(text[at:end])
         lead = min(at, _LEAD_CHARS)
-        return [(start - lead, ident) for start, ident in self._search(text[at - lead:end], lead)]
+        return [(start - lead, ident) for start, ident in self._found(text[at - lead:end], lead)]
 
     def _search(self, text: str, pos: int = 0) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start: each pattern in order (`_NEEDS`
