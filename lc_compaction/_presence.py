@@ -113,6 +113,11 @@ class Presence:
                 return value in self._word_set()
             if not self._word_set().issuperset(_RUN.findall(value)):  # a run of it is no word of the text
                 return False
+        return self._located(value)
+
+    def _located(self, value: str) -> bool:
+        """`__contains__` for the folded ASCII `value` (no line break) once the word set has not ruled it out: the
+        word index's places, for a long text asked about very often, else a find."""
         if self._sizes >= _INDEX_FROM and self._read > _INDEX_AFTER * self._sizes:
             return next(self._places(value), None) is not None
         return self._find(value)
@@ -132,7 +137,7 @@ class Presence:
                     return low not in words  # `__contains__`'s answer for one run
                 if not words.issuperset(_RUN.findall(low)):
                     return True
-                return not self.__contains__(identifier)  # a find from where the last one matched, or the index
+                return not self._located(low)  # a find from where the last one matched, or the index
             flat = self._flat
             if flat is None:
                 flat = self._flat = "\n".join(self._folded)
