@@ -265,14 +265,22 @@ def _has(*literals: str) -> Callable[[str], bool]:
     return test
 
 
-def _has_word(*words: str, expr: str | None = None) -> Callable[[str], bool]:
+def _has_word(*words: str, then: str | None = None) -> Callable[[str], bool]:
     """A case-insensitive word test exact to `re.IGNORECASE` (`_presence.folded`), for lower-case ASCII words;
-    with `expr`, then a search of the folded text with it (lower-case: what the words must be followed by)."""
-    pattern = re.compile(expr) if expr is not None else None
+    with `then` (an expression, lower-case: what a word must be followed by), a search of the folded text for each
+    word it holds followed by `then`: what a search for the alternation of the words followed by `then` finds
+    (a match of the alternation is a match of one word), each search starting with its word's letters, which `re`
+    skips to at C speed (where the alternation is tried at every letter that starts a word)."""
+    searches = [(w, re.compile(re.escape(w) + then)) for w in words] if then is not None else []
 
     def test(text: str) -> bool:
         lower = folded(text)
-        return any(w in lower for w in words) and (pattern is None or pattern.search(lower) is not None)
+        if not searches:
+            return any(w in lower for w in words)
+        for word, search in searches:
+            if word in lower and search.search(lower) is not None:
+                return True
+        return False
     return test
 
 
@@ -321,7 +329,7 @@ _NEEDS: dict[str, Callable[[str], bool]] = {
                    "pounds"),
     "keyed_id": _has('"'),
     "keyed_amount": _has('"'),
-    "named_id": _has_word(*_NAMED, expr=r"(?:" + "|".join(_NAMED) + r")s?\b"),
+    "named_id": _has_word(*_NAMED, then=r"s?\b"),
     "keyed_pair": _then(_has(": "), r": (?<=\w: )" + _PAIR_VALUE,
                         r"(?:id|Id|ID|number|Number|code|Code|ref|price|amount|balance|total|cost|fee|fare|charge|paid)"
                         r"\w{0,20}: " + _PAIR_VALUE),
@@ -397,12 +405,13 @@ _FAST: dict[str, str] = {
     "hex": (r"[0-9a-f](?:(?<![\w-][0-9a-f])(?=[0-9a-f]{6})(?<=(?=[0-9a-f]{0,63}\d)(?=[0-9a-f]{0,63}[a-f])[0-9a-f])"
             r"[0-9a-f]{6,63}+(?![\w-])|(?<=\b0)x[0-9A-Fa-f]{4,32}\b)"),
     "code": (r"[#A-Z0-9](?:(?<=#)[A-Za-z0-9]{0,32}\d[A-Za-z0-9]{0,32}(?!\w)"
-             r"|(?<=(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{0,19}"
+             r"|(?<![\w-][A-Z0-9])"  # what the three other alternatives ask before their first character
+             r"(?:(?<=(?<![\w-])(?=[A-Z0-9-]{0,40}\d)(?=[A-Z0-9-]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{0,19}"
              r"(?:-[A-Z0-9]{1,20}){1,5}(?![\w-])"
              r"|(?<=(?<![\w-])(?=[A-Z0-9]{0,40}\d)(?=[A-Z0-9]{0,40}[A-Z])[A-Z0-9])[A-Z0-9]{3,39}(?![\w-])"
              r"|(?<=(?<![\w-])(?=[A-Z-]{6})(?=[A-Z-]{0,60}(?<![A-Z])(?:[B-DF-HJ-NP-TV-XZ]{2,20}|[A-F]{4,20})(?![A-Z]))"
              r"(?![YMDHS]{2,4}(?:-[YMDHS]{2,4}){1,2}(?![\w-]))[A-Z])"
-             r"[A-Z]{0,19}(?:-[A-Z]{1,20}){1,5}(?![\w-]))"),
+             r"[A-Z]{0,19}(?:-[A-Z]{1,20}){1,5}(?![\w-])))"),
     "slug": (r"[A-Za-z](?<![\w-][A-Za-z])(?=[A-Za-z0-9]{0,40}+[_-])(?=[\w-]{0,79}\d)"
              r"[A-Za-z0-9]{0,40}+(?:[_-][A-Za-z0-9]{1,40}+){1,8}+(?![\w-])"),
     "number": r"\d(?<=(?<![\w.,])\d)(?:\d{0,2}(?:,\d{3}){1,6}|\d{2,29})(?:\.\d{1,6})?(?!\w)",
@@ -413,14 +422,15 @@ where an expression that starts with a lookbehind or `\b` is tried at every posi
 pattern asks for before its first character is asked by a lookbehind of one character after it (`(?<=A[x])` after
 `[x]`: the assertion A at the match's start; a lookahead inside a lookbehind looks on past it). A repetition that
 starts the match gives its first character (`[x]{1,20}` is `[x]` then `[x]{0,19}`, tried longest first as before),
-and the alternatives of a pattern keep their order, each after a lookbehind of its first character (a context all
-of them ask for is asked once, first: the path's `(?<!\\w(?s:.))`, no word character before the first). A run that
-must be followed by a character it cannot hold is taken possessively (`[x]{1,128}+/`: a shorter run is followed by
-an `x`, never by the `/`, so nothing is lost by not trying it), and alternatives that read the same run first are
-tried only when a lookahead finds what ends it (the path's `(?=[\\w@+-]{0,127}+[./])`: a part before its `/`, or a
-name before its extension's `.`; a text's words are mostly neither, and are read once). Equal to
-`DEFAULT_PATTERNS` on the shared traces, the cases and generated texts (`tests/test_extraction_equivalence.py`);
-used only while the pattern is the built-in one (as `_NEEDS`)."""
+and the alternatives of a pattern keep their order, each after a lookbehind of its first character (a context all of
+them ask for is asked once, first: the path's `(?<!\\w(?s:.))`, no word character before the first; the code's
+`(?<![\\w-][A-Z0-9])`, no word character or hyphen before a first letter or digit: a digit inside a number fails
+there once, not in each of three alternatives). A run that must be followed by a character it cannot hold is taken
+possessively (`[x]{1,128}+/`: a shorter run is followed by an `x`, never by the `/`, so nothing is lost by not
+trying it), and alternatives that read the same run first are tried only when a lookahead finds what ends it (the
+path's `(?=[\\w@+-]{0,127}+[./])`: a part before its `/`, or a name before its extension's `.`; a text's words are
+mostly neither, and are read once). Equal to `DEFAULT_PATTERNS` on the shared traces, the cases and generated texts
+(`tests/test_extraction_equivalence.py`); used only while the pattern is the built-in one (as `_NEEDS`)."""
 
 EXTRACT_CHUNK = 1024
 """Characters read at a time when only the first identifiers of a text are wanted (`FactGuard.first`): a bounded
@@ -838,30 +848,13 @@ def is_guard_line(line: str) -> bool:
     return line.startswith((FACTS_PREFIX, TOOL_FACTS_PREFIX, SAID_PREFIX))
 
 
-class _Extractions:
-    """What a guard's patterns found in the texts it read: text -> its matches (`FactGuard._found`) as (start,
-    value, kind), all forgotten when there are more than `_EXTRACT_CACHE` texts or `_EXTRACT_CACHE_CHARS`
-    characters of them. Tuples of strings and numbers, which the garbage collector stops tracking: a cache of
-    `Identifier` objects (hundreds of thousands for identifier-dense results) made every full collection of the
-    process walk them all, a pause of its own in whichever call it fell on. A dict's get and set are atomic in
-    CPython: guards used from several threads share it without a lock (a lost entry is read again)."""
+Extraction = tuple[tuple[int, str, str], ...]
+"""What a guard's patterns found in a text (`FactGuard._found`): its matches as (start, value, kind). Tuples of
+strings and numbers, which the garbage collector stops tracking: a memo of `Identifier` objects (hundreds of
+thousands for identifier-dense results) made every full collection of the process walk them all, a pause of its own
+in whichever call it fell on."""
 
-    def __init__(self) -> None:
-        self.texts: dict[str, tuple[tuple[int, str, str], ...]] = {}
-        self.chars = 0
-
-    def put(self, text: str, found: tuple[tuple[int, str, str], ...]) -> None:
-        if len(self.texts) >= _EXTRACT_CACHE or self.chars + len(text) > _EXTRACT_CACHE_CHARS:
-            self.clear()
-        self.texts[text] = found
-        self.chars += len(text)
-
-    def clear(self) -> None:
-        self.texts.clear()
-        self.chars = 0
-
-
-_SHARED_EXTRACTIONS = _Extractions()
+_SHARED_EXTRACTIONS: Bounded[Extraction] = Bounded(_EXTRACT_CACHE, _EXTRACT_CACHE_CHARS)
 """The extractions of every guard with the built-in patterns (`DEFAULT_PATTERNS`, no extra ones): the same result
 read by a new policy's guard (a restarted door, another thread's policy, the view mode's compaction of the same
 originals) is not read again; what the patterns find depends on the text alone. Forgotten by `_memo.clear`."""
@@ -909,7 +902,8 @@ class FactGuard:
         self._needs = {k: _NEEDS[k] for k, expr in base.items() if k in _NEEDS and DEFAULT_PATTERNS.get(k) == expr}
         self._fast = {k: _fast(k) for k, expr in base.items() if k in _FAST and DEFAULT_PATTERNS.get(k) == expr}
         default = patterns is None and not extra_patterns
-        self._cache = _SHARED_EXTRACTIONS if default else _Extractions()
+        self._cache: Bounded[Extraction] = (_SHARED_EXTRACTIONS if default
+                                             else Bounded(_EXTRACT_CACHE, _EXTRACT_CACHE_CHARS))
 
     @property
     def builtin(self) -> bool:
@@ -1059,15 +1053,16 @@ class FactGuard:
             out.append(keyer.of(start, ident))
         return out
 
-    def _found(self, text: str) -> list[tuple[int, Identifier]]:
-        """Every identifier match in `text` with its start, sorted by start (spans disjoint); remembered for the
-        last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the built-in patterns
-        (`_SHARED_EXTRACTIONS`)."""
-        cached = self._cache.texts.get(text)
+    def _found(self, text: str, pos: int = 0) -> list[tuple[int, Identifier]]:
+        """Every identifier match in `text` with its start, sorted by start (spans disjoint), from `pos` on (`_search`);
+        remembered for the last `_EXTRACT_CACHE` texts (`_EXTRACT_CACHE_CHARS` characters), by every guard of the
+        built-in patterns (`_SHARED_EXTRACTIONS`), under the text (with `pos`, when it is not 0)."""
+        key = (pos, text) if pos else text
+        cached = self._cache.items.get(key)
         if cached is not None:
             return [(start, Identifier(value, kind)) for start, value, kind in cached]
-        found = self._search(text)
-        self._cache.put(text, tuple([(start, ident.value, ident.kind) for start, ident in found]))
+        found = self._search(text, pos)
+        self._cache.put(key, len(text), tuple([(start, ident.value, ident.kind) for start, ident in found]))
         return found
 
     def _found_from(self, text: str, at: int, end: int) -> list[tuple[int, Identifier]]:
@@ -1076,11 +1071,12 @@ class FactGuard:
         `EDGE_CHARS` before a match) is searched with what comes before it as context (`_search`'s `pos`: a
         lookbehind sees it, as in the whole text), so that no match starts inside that word and takes the place of
         the one after it (a hypothesis example of `test_facts.py`: `...tranſactionx.py::test_ax.py::test_aJan`
-        read from inside the first word lost the pytest id)."""
+        read from inside the first word lost the pytest id). Remembered as `_found` remembers a text (a text read
+        again in the same chunks: the head of a cut result, read again for the truncation note of the cut)."""
         if at == 0 or text[at - 1].isspace():
             return self._found(text[at:end])
         lead = min(at, _LEAD_CHARS)
-        return [(start - lead, ident) for start, ident in self._search(text[at - lead:end], lead)]
+        return [(start - lead, ident) for start, ident in self._found(text[at - lead:end], lead)]
 
     def _search(self, text: str, pos: int = 0) -> list[tuple[int, Identifier]]:
         """Every identifier match in `text` with its start, sorted by start: each pattern in order (`_NEEDS`

@@ -48,9 +48,9 @@ def test_notes_are_shared_by_strategies_of_the_built_in_guard(monkeypatch: pytes
     assert _Louder().note(result) == first.upper()
     assert TruncateToolResults().note(tool_result("c1", "t1", TEXT, name="other")) != first  # the tool is named
     # forgotten: the next strategy reads the result again, and the guard extracts it again
-    assert _SHARED_EXTRACTIONS.texts
+    assert _SHARED_EXTRACTIONS.items
     _memo.clear()
-    assert not _SHARED_EXTRACTIONS.texts and not truncate._SHARED_NOTES.items
+    assert not _SHARED_EXTRACTIONS.items and not truncate._SHARED_NOTES.items
     made.clear()
     assert TruncateToolResults().note(result) == first and len(made) == 1
 
