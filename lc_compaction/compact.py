@@ -258,12 +258,13 @@ class _Compaction:
         self.loop_limit = None if loop is None else loop[1]
         """Tokens above which a folded running loop folds again (`progress.loop_trigger`), with the default
         trigger; None otherwise."""
-        self.triggered = self.limit(self.tokens_before, len(self.original))
+        by_policy = policy.is_triggered(self.tokens_before, len(self.original))
+        by_loop = loop is not None and not by_policy and self.tokens_before > loop[1]
+        self.triggered = by_policy or by_loop
         self.repair = policy.repairs_by_default(False) if repair is None else repair
         self.budget = policy.budget_tokens()
         self.goal_tokens, self.goal_messages = policy.target_goal()
-        if loop is not None and self.triggered and not policy.is_triggered(self.tokens_before, len(self.original)):
-            # due by the loop's own trigger: fold as deep as it goes (its growth since the last fold at least)
+        if loop is not None and by_loop:  # the loop's own trigger: fold as deep as its growth since the last fold
             self.goal_tokens = loop[0] if self.goal_tokens is None else min(self.goal_tokens, loop[0])
         least = policy.clear_at_least
         if least and self.triggered:  # reclaim at least `clear_at_least` tokens (LangChain's meaning)
